@@ -1,0 +1,220 @@
+//! Answers and closes: decoding the request bodies and deciding whether an answer fits its gate
+//! (spec §5.2, §5.3). Checked before anything is claimed, so a typo never burns the one-shot
+//! answer.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::fields::{FieldCode, FieldError, pointer_token};
+use super::gate::{ANSWER, Gate};
+
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
+const PREVIEW_CHARS: usize = 80;
+
+/// The body of an answer: `{"action","values"}`, or a full `GateResponse` whose `gate_id` must
+/// name the gate in the path and whose `source` is ignored (the server stamps provenance).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerIn {
+    #[serde(default)]
+    pub gate_id: Option<String>,
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Kept as loose JSON here: what may appear inside `values` is a question for the gate
+    /// (`gate_values_invalid`), which is checked after the gate is found.
+    #[serde(default)]
+    pub values: Option<Map<String, Value>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    source: Option<IgnoredAny>,
+}
+
+/// Why an answer does not fit its gate.
+#[derive(Debug, PartialEq)]
+pub enum AnswerRejection {
+    /// The action is not among the gate's controls.
+    Action(String),
+    /// The values do not fit the gate's schema.
+    Values(Vec<FieldError>),
+}
+
+/// An answer that fits its gate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub action: String,
+    pub text: String,
+}
+
+impl Answer {
+    /// Checks action, then values, against the gate (spec §4.5 order).
+    pub fn check(gate: &Gate, action: Option<&str>, values: Option<&Map<String, Value>>) -> Result<Self, AnswerRejection> {
+        let action = action.unwrap_or_default();
+        if !gate.has_control(action) {
+            return Err(AnswerRejection::Action(action.to_owned()));
+        }
+        let empty = Map::new();
+        let values = values.unwrap_or(&empty);
+        let mut problems: Vec<FieldError> = values
+            .keys()
+            .filter(|k| *k != ANSWER)
+            .map(|k| {
+                FieldError::new(
+                    format!("/values/{}", pointer_token(k)),
+                    FieldCode::UnknownKey,
+                    format!("unexpected key {k:?}; an AskUser answer has only \"answer\""),
+                )
+            })
+            .collect();
+        const PATH: &str = "/values/answer";
+        let text = match values.get(ANSWER) {
+            None | Some(Value::Null) => {
+                problems.push(FieldError::new(PATH, FieldCode::Required, "an answer is required"));
+                None
+            }
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                problems.push(FieldError::new(PATH, FieldCode::Type, "the answer must be a string"));
+                None
+            }
+        };
+        if let Some(text) = &text {
+            let field = gate.answer_field();
+            if text.is_empty() {
+                problems.push(FieldError::new(PATH, FieldCode::Empty, "the answer must not be empty"));
+            } else if text.len() > MAX_ANSWER_BYTES {
+                problems.push(FieldError::new(
+                    PATH,
+                    FieldCode::TooLong,
+                    format!("the answer must be at most {MAX_ANSWER_BYTES} bytes"),
+                ));
+            } else if let Some(field) = field.filter(|f| !f.options.is_empty() && !f.allow_other)
+                && !field.options.iter().any(|o| o.value == *text)
+            {
+                let choices: Vec<&str> = field.options.iter().map(|o| o.value.as_str()).collect();
+                problems.push(FieldError::new(
+                    PATH,
+                    FieldCode::NotAChoice,
+                    format!("the answer must be one of {choices:?}"),
+                ));
+            }
+        }
+        match text {
+            Some(text) if problems.is_empty() => Ok(Self { action: action.to_owned(), text }),
+            _ => Err(AnswerRejection::Values(problems)),
+        }
+    }
+
+    /// SHA-256 (hex) of the canonical (action, values): what an `Idempotency-Key` is bound to.
+    pub fn fingerprint(&self) -> String {
+        let canonical = serde_json::json!({"action": self.action, "values": {ANSWER: self.text}});
+        let digest = Sha256::digest(canonical.to_string().as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The first 80 Unicode scalar values, for the audit record.
+    pub fn preview(&self) -> String {
+        self.text.chars().take(PREVIEW_CHARS).collect()
+    }
+}
+
+/// Why a gate was withdrawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    #[default]
+    OwnerClosed,
+    Abandoned,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OwnerClosed => "owner_closed",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// The optional body of a close.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloseIn {
+    #[serde(default)]
+    pub reason: CloseReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::gate::OpenGateIn;
+    use crate::domain::ids::GateId;
+
+    fn gate(extra: Value) -> Gate {
+        let mut open = serde_json::json!({
+            "loop_id": "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff",
+            "tool_execution_id": "7e8f9a0b-1c2d-4e3f-9a0b-1c2d3e4f5a6b",
+            "question": "Which?"
+        });
+        open.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let open: OpenGateIn = serde_json::from_value(open).unwrap();
+        open.validate().unwrap().gate(GateId::mint())
+    }
+
+    fn check(gate: &Gate, body: Value) -> Result<Answer, AnswerRejection> {
+        let body: AnswerIn = serde_json::from_value(body).unwrap();
+        Answer::check(gate, body.action.as_deref(), body.values.as_ref())
+    }
+
+    fn codes(r: Result<Answer, AnswerRejection>) -> Vec<(String, FieldCode)> {
+        match r {
+            Err(AnswerRejection::Values(f)) => f.into_iter().map(|f| (f.path, f.code)).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn choices_are_exact_unless_other_is_allowed() {
+        let strict = gate(serde_json::json!({"choices": ["Postgres", "mysql"]}));
+        let body = serde_json::json!({"action": "answer", "values": {"answer": "postgres"}});
+        assert_eq!(codes(check(&strict, body.clone())), [("/values/answer".into(), FieldCode::NotAChoice)]);
+        let open = gate(serde_json::json!({"choices": ["Postgres"], "allow_other": true}));
+        assert_eq!(check(&open, body).unwrap().text, "postgres");
+    }
+
+    #[test]
+    fn value_problems() {
+        let g = gate(serde_json::json!({}));
+        let cases = [
+            (serde_json::json!({"action": "answer"}), "/values/answer", FieldCode::Required),
+            (serde_json::json!({"action": "answer", "values": {"answer": 1}}), "/values/answer", FieldCode::Type),
+            (serde_json::json!({"action": "answer", "values": {"answer": ""}}), "/values/answer", FieldCode::Empty),
+            (
+                serde_json::json!({"action": "answer", "values": {"answer": "x".repeat(MAX_ANSWER_BYTES + 1)}}),
+                "/values/answer",
+                FieldCode::TooLong,
+            ),
+        ];
+        for (body, path, code) in cases {
+            assert_eq!(codes(check(&g, body)), [(path.into(), code)]);
+        }
+        let extra = serde_json::json!({"action": "answer", "values": {"answer": "x", "a/b": "y"}});
+        assert_eq!(codes(check(&g, extra)), [("/values/a~1b".into(), FieldCode::UnknownKey)]);
+    }
+
+    #[test]
+    fn action_must_be_a_control() {
+        let g = gate(serde_json::json!({}));
+        let r = check(&g, serde_json::json!({"action": "Answer", "values": {"answer": "x"}}));
+        assert_eq!(r, Err(AnswerRejection::Action("Answer".into())));
+    }
+
+    #[test]
+    fn preview_counts_scalar_values() {
+        let a = Answer { action: "answer".into(), text: "é".repeat(100) };
+        assert_eq!(a.preview().chars().count(), 80);
+        let b = Answer { action: "answer".into(), text: "é".repeat(100) };
+        assert_eq!(a.fingerprint(), b.fingerprint());
+    }
+}

@@ -1,0 +1,154 @@
+//! The one error type of the HTTP API and its JSON envelope (spec §4.5):
+//! `{"error":{"code","message","retryable", "fields"?, "resolution"?, "gate"?}}`.
+//! 5xx bodies never carry internal causes; those are logged instead.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::domain::{FieldError, GateView};
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidParameter(String),
+    #[error("{message}")]
+    InvalidBody { message: String, fields: Vec<FieldError> },
+    #[error("action {0:?} is not among the gate's controls")]
+    GateActionInvalid(String),
+    #[error("the values do not fit the gate")]
+    GateValuesInvalid(Vec<FieldError>),
+    #[error("gate kind {0:?} is not supported (only harness.ask_user)")]
+    GateKindMismatch(String),
+    #[error("gate not found")]
+    GateNotFound,
+    #[error("{0}")]
+    NotFound(&'static str),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("the gate is no longer open")]
+    GateNotReady(Box<RawValue>),
+    #[error("this tool execution already opened a gate with different content")]
+    GateConflict(Box<GateView>),
+    #[error("this Idempotency-Key was already used on this gate with a different answer")]
+    IdempotencyConflict,
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("the request body must be application/json")]
+    UnsupportedMediaType,
+    #[error("storage is unavailable; retry (with the same Idempotency-Key for answers)")]
+    StorageUnavailable(String),
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidParameter(_) => "invalid_parameter",
+            Self::InvalidBody { .. } => "invalid_body",
+            Self::GateActionInvalid(_) => "gate_action_invalid",
+            Self::GateValuesInvalid(_) => "gate_values_invalid",
+            Self::GateKindMismatch(_) => "gate_kind_mismatch",
+            Self::GateNotFound => "gate_not_found",
+            Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::GateNotReady(_) => "gate_not_ready",
+            Self::GateConflict(_) => "gate_conflict",
+            Self::IdempotencyConflict => "idempotency_conflict",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::StorageUnavailable(_) => "storage_unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidParameter(_)
+            | Self::InvalidBody { .. }
+            | Self::GateActionInvalid(_)
+            | Self::GateValuesInvalid(_)
+            | Self::GateKindMismatch(_) => StatusCode::BAD_REQUEST,
+            Self::GateNotFound | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::GateNotReady(_) | Self::GateConflict(_) | Self::IdempotencyConflict => StatusCode::CONFLICT,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn retryable(&self) -> bool {
+        matches!(self, Self::StorageUnavailable(_))
+    }
+
+    /// A malformed body without field details.
+    pub fn invalid_body(message: impl Into<String>) -> Self {
+        Self::InvalidBody { message: message.into(), fields: Vec::new() }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(cause) => Self::StorageUnavailable(cause),
+            StoreError::Internal(cause) => Self::Internal(cause),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Body<'a>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    code: &'static str,
+    message: String,
+    retryable: bool,
+    #[serde(skip_serializing_if = "<[FieldError]>::is_empty")]
+    fields: &'a [FieldError],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolution: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gate: Option<&'a GateView>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            Self::Internal(cause) => tracing::error!(%cause, "internal error"),
+            Self::StorageUnavailable(cause) => tracing::warn!(%cause, "storage unavailable"),
+            _ => {}
+        }
+        let fields = match &self {
+            Self::InvalidBody { fields, .. } | Self::GateValuesInvalid(fields) => fields.as_slice(),
+            _ => &[],
+        };
+        let body = Envelope {
+            error: Body {
+                code: self.code(),
+                message: self.to_string(),
+                retryable: self.retryable(),
+                fields,
+                resolution: match &self {
+                    Self::GateNotReady(resolution) => Some(resolution),
+                    _ => None,
+                },
+                gate: match &self {
+                    Self::GateConflict(view) => Some(view),
+                    _ => None,
+                },
+            },
+        };
+        let json = serde_json::to_vec(&body).expect("error envelopes serialise");
+        let mut response = (self.status(), json).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+}

@@ -1,0 +1,219 @@
+//! Our own extractors, so every rejection uses the JSON error envelope and the check order of
+//! spec §4.5 holds: path/query 400 → media type 415 → size 413 → JSON 400.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::request::Parts;
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+use crate::error::ApiError;
+use crate::http::AppState;
+
+/// Path parameters; a malformed id is `400 invalid_parameter`.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Self(p.0))
+            .map_err(|rejection| ApiError::InvalidParameter(rejection.body_text()))
+    }
+}
+
+/// Query parameters; a malformed value is `400 invalid_parameter`.
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Self(q.0))
+            .map_err(|rejection| ApiError::InvalidParameter(rejection.body_text()))
+    }
+}
+
+/// The `Idempotency-Key` header: 1..255 visible ASCII bytes, when present.
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(Self(None));
+        };
+        let bytes = value.as_bytes();
+        if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
+            return Err(ApiError::InvalidParameter(
+                "Idempotency-Key must be 1 to 255 visible ASCII characters".into(),
+            ));
+        }
+        Ok(Self(Some(String::from_utf8_lossy(bytes).into_owned())))
+    }
+}
+
+/// A strictly decoded JSON body: `application/json` only, at most `--max-body` bytes, no duplicate
+/// keys at any depth, no unknown fields (the types deny them), no trailing data.
+pub struct JsonBody<T>(pub T);
+
+/// Like `JsonBody`, but an absent body (no bytes, no content type) means `T::default()`.
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        match read_json(req, state.limits.max_body).await? {
+            Some(value) => Ok(Self(value)),
+            None => Err(ApiError::invalid_body("a JSON body is required")),
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        Ok(Self(read_json(req, state.limits.max_body).await?.unwrap_or_default()))
+    }
+}
+
+/// `None` for a request without a body.
+async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result<Option<T>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let declared: Option<u64> = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    match parts.headers.get(CONTENT_TYPE) {
+        Some(ct) if is_json(ct.as_bytes()) => {}
+        // No content type and nothing declared: a bodiless request (still read below to be sure).
+        None if declared.unwrap_or(0) == 0 => {}
+        _ => return Err(ApiError::UnsupportedMediaType),
+    }
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return Err(ApiError::PayloadTooLarge(max_body));
+    }
+    let bytes = axum::body::to_bytes(Body::new(body), max_body)
+        .await
+        .map_err(|e| match std::error::Error::source(&e) {
+            Some(inner) if inner.is::<http_body_util::LengthLimitError>() => ApiError::PayloadTooLarge(max_body),
+            _ => ApiError::invalid_body(format!("could not read the request body: {e}")),
+        })?;
+    if bytes.is_empty() {
+        return if parts.headers.contains_key(CONTENT_TYPE) {
+            Err(ApiError::invalid_body("the JSON body is empty"))
+        } else {
+            Ok(None)
+        };
+    }
+    decode(&bytes).map(Some)
+}
+
+/// `application/json`, case-insensitively, with any parameters (`; charset=utf-8`).
+fn is_json(content_type: &[u8]) -> bool {
+    let Ok(ct) = std::str::from_utf8(content_type) else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+/// Strict decoding in two passes: first a walk that refuses duplicate keys anywhere, then the
+/// typed decode (which refuses unknown fields and trailing data).
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice::<NoDuplicateKeys>(bytes).map_err(|e| ApiError::invalid_body(format!("malformed JSON: {e}")))?;
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid_body(format!("invalid request body: {e}")))
+}
+
+/// Accepts any JSON value in which no object repeats a key.
+struct NoDuplicateKeys;
+
+impl<'de> Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+}
+
+impl<'de> Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<NoDuplicateKeys>()?;
+            if !seen.insert(key.clone()) {
+                return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        let nested = br#"{"action":"answer","values":{"answer":"a","answer":"b"}}"#;
+        assert!(decode::<serde_json::Value>(nested).is_err());
+        let top = br#"{"a":1,"a":1}"#;
+        assert!(decode::<serde_json::Value>(top).is_err());
+        let in_array = br#"[{"x":[{"k":1,"k":2}]}]"#;
+        assert!(decode::<serde_json::Value>(in_array).is_err());
+        assert!(decode::<serde_json::Value>(br#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#).is_ok());
+    }
+
+    #[test]
+    fn trailing_data_is_refused() {
+        assert!(decode::<serde_json::Value>(br#"{"a":1} {"a":2}"#).is_err());
+    }
+
+    #[test]
+    fn json_media_types() {
+        assert!(is_json(b"application/json"));
+        assert!(is_json(b"Application/JSON; charset=utf-8"));
+        assert!(!is_json(b"text/plain"));
+        assert!(!is_json(b"application/jsonx"));
+    }
+}

@@ -1,0 +1,285 @@
+//! Gates: open (with idempotent re-ask), read, list, wait, answer (the exactly-once path) and
+//! close (spec §5.1–§5.5).
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+
+use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams};
+use super::{AppState, Route, json, wait_for};
+use crate::domain::{
+    Answer, AnswerIn, AnswerRejection, CloseIn, GateId, GateState, GateView, OpenGateIn, OpenRejection, SessionId,
+};
+use crate::error::ApiError;
+use crate::store::{self, AnswerOutcome, CloseOutcome, GateRecord, Keyed, ListQuery, OpenOutcome};
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::post("/v1/sessions/{session_id}/gates", open_gate),
+        Route::get("/v1/sessions/{session_id}/gates", list_session_gates),
+        Route::get("/v1/gates", list_gates),
+        Route::get("/v1/gates/{gate_id}", get_gate_by_id),
+        Route::get("/v1/sessions/{session_id}/gates/{gate_id}", get_gate),
+        Route::get("/v1/sessions/{session_id}/gates/{gate_id}/wait", wait_gate),
+        Route::post("/v1/sessions/{session_id}/gates/{gate_id}", answer_gate),
+        Route::post("/v1/sessions/{session_id}/gates/{gate_id}/close", close_gate),
+    ]
+}
+
+#[derive(Deserialize)]
+struct SessionPath {
+    session_id: SessionId,
+}
+
+#[derive(Deserialize)]
+struct GatePath {
+    session_id: SessionId,
+    gate_id: GateId,
+}
+
+#[derive(Deserialize)]
+struct GateIdPath {
+    gate_id: GateId,
+}
+
+fn location(view: &GateView) -> HeaderValue {
+    let path = format!("/v1/sessions/{}/gates/{}", view.session_id, view.gate_id);
+    HeaderValue::from_str(&path).expect("ids are plain ASCII")
+}
+
+#[tracing::instrument(skip_all, fields(session_id = %session_id))]
+async fn open_gate(
+    State(state): State<AppState>,
+    Params(SessionPath { session_id }): Params<SessionPath>,
+    JsonBody(body): JsonBody<OpenGateIn>,
+) -> Result<Response, ApiError> {
+    let ask = body.validate().map_err(|rejection| match rejection {
+        OpenRejection::KindMismatch(kind) => ApiError::GateKindMismatch(kind),
+        OpenRejection::Fields(fields) => {
+            ApiError::InvalidBody { message: "the gate request has invalid fields".into(), fields }
+        }
+    })?;
+    let (status, view) = match state.store.open_gate(session_id, ask).await? {
+        OpenOutcome::Created(view) => (StatusCode::CREATED, view),
+        OpenOutcome::Existing(view) => (StatusCode::OK, view),
+        OpenOutcome::Conflict(view) => return Err(ApiError::GateConflict(Box::new(view))),
+    };
+    let mut response = json(status, &view);
+    response.headers_mut().insert(header::LOCATION, location(&view));
+    Ok(response)
+}
+
+/// A gate of this session, or 404 (also for a gate of another session).
+async fn find_in_session(state: &AppState, session: SessionId, gate: GateId) -> Result<GateRecord, ApiError> {
+    state.store.gate(gate).await?.filter(|r| r.view.session_id == session).ok_or(ApiError::GateNotFound)
+}
+
+async fn get_gate(
+    State(state): State<AppState>,
+    Params(GatePath { session_id, gate_id }): Params<GatePath>,
+) -> Result<Response, ApiError> {
+    let record = find_in_session(&state, session_id, gate_id).await?;
+    Ok(json(StatusCode::OK, &record.view))
+}
+
+async fn get_gate_by_id(
+    State(state): State<AppState>,
+    Params(GateIdPath { gate_id }): Params<GateIdPath>,
+) -> Result<Response, ApiError> {
+    let record = state.store.gate(gate_id).await?.ok_or(ApiError::GateNotFound)?;
+    Ok(json(StatusCode::OK, &record.view))
+}
+
+#[derive(Deserialize)]
+struct WaitQuery {
+    timeout: Option<u64>,
+}
+
+const MAX_WAIT_SECONDS: u64 = 60;
+
+/// Long-poll until the gate leaves `open`, the timeout passes, or the server shuts down.
+async fn wait_gate(
+    State(state): State<AppState>,
+    Params(GatePath { session_id, gate_id }): Params<GatePath>,
+    QueryParams(WaitQuery { timeout }): QueryParams<WaitQuery>,
+) -> Result<Response, ApiError> {
+    let timeout = timeout.unwrap_or(30);
+    if timeout > MAX_WAIT_SECONDS {
+        return Err(ApiError::InvalidParameter(format!("timeout must be 0..={MAX_WAIT_SECONDS} seconds")));
+    }
+    // Register interest before reading, so a resolution committed in between still wakes us.
+    let mut interest = state.store.bus().watch_gate(gate_id);
+    let started = Instant::now();
+    loop {
+        let record = find_in_session(&state, session_id, gate_id).await?;
+        let left = timeout.saturating_sub(started.elapsed().as_secs());
+        if record.view.state != GateState::Open
+            || left == 0
+            || !wait_for(&state, left, interest.changed()).await
+        {
+            let record = if record.view.state == GateState::Open {
+                find_in_session(&state, session_id, gate_id).await?
+            } else {
+                record
+            };
+            return Ok(json(StatusCode::OK, &record.view));
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Accepted {
+    gate_id: GateId,
+    journal_seq: i64,
+}
+
+/// The exactly-once path (spec §4.5 check order): lookup → idempotency → still open → action →
+/// values → one writer job that claims, journals and enqueues.
+#[tracing::instrument(skip_all, fields(session_id = %session_id, gate_id = %gate_id))]
+async fn answer_gate(
+    State(state): State<AppState>,
+    Params(GatePath { session_id, gate_id }): Params<GatePath>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(body): JsonBody<AnswerIn>,
+) -> Result<Response, ApiError> {
+    if let Some(named) = &body.gate_id
+        && GateId::parse(named).ok() != Some(gate_id)
+    {
+        return Err(ApiError::invalid_body("gate_id in the body must name the gate in the path"));
+    }
+    let record = find_in_session(&state, session_id, gate_id).await?;
+    let answer = |gate| Answer::check(gate, body.action.as_deref(), body.values.as_ref());
+
+    // Only a valid answer has a fingerprint; an invalid one cannot match the stored winner's.
+    let gate = record.gate()?;
+    let checked = answer(&gate);
+    let keyed = key.map(|key| Keyed {
+        key,
+        fingerprint: checked.as_ref().map(Answer::fingerprint).unwrap_or_default(),
+    });
+    if let Some(outcome) = store::replay(&record, keyed.as_ref()) {
+        return accepted_or(gate_id, outcome);
+    }
+    if let Some(resolution) = record.view.resolution {
+        return Err(ApiError::GateNotReady(resolution));
+    }
+    let checked = checked.map_err(|rejection| match rejection {
+        AnswerRejection::Action(action) => ApiError::GateActionInvalid(action),
+        AnswerRejection::Values(fields) => ApiError::GateValuesInvalid(fields),
+    })?;
+    let outcome = state.store.answer_gate(session_id, gate_id, checked, keyed).await?;
+    accepted_or(gate_id, outcome)
+}
+
+fn accepted_or(gate_id: GateId, outcome: AnswerOutcome) -> Result<Response, ApiError> {
+    match outcome {
+        AnswerOutcome::Accepted { journal_seq } => {
+            Ok(json(StatusCode::ACCEPTED, &Accepted { gate_id, journal_seq }))
+        }
+        AnswerOutcome::NotFound => Err(ApiError::GateNotFound),
+        AnswerOutcome::NotReady { resolution } => Err(ApiError::GateNotReady(resolution)),
+        AnswerOutcome::IdempotencyConflict => Err(ApiError::IdempotencyConflict),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(session_id = %session_id, gate_id = %gate_id))]
+async fn close_gate(
+    State(state): State<AppState>,
+    Params(GatePath { session_id, gate_id }): Params<GatePath>,
+    OptionalJsonBody(body): OptionalJsonBody<CloseIn>,
+) -> Result<Response, ApiError> {
+    match state.store.close_gate(session_id, gate_id, body.reason).await? {
+        CloseOutcome::Closed(view) => Ok(json(StatusCode::OK, &view)),
+        CloseOutcome::NotFound => Err(ApiError::GateNotFound),
+        CloseOutcome::NotReady { resolution } => Err(ApiError::GateNotReady(resolution)),
+    }
+}
+
+#[derive(Deserialize)]
+struct ListParams {
+    state: Option<String>,
+    order: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+#[derive(Serialize)]
+struct GateListing {
+    gates: Vec<GateView>,
+    journal_seq: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_after: Option<String>,
+}
+
+const MAX_LIMIT: u32 = 1000;
+const DEFAULT_LIMIT: u32 = 100;
+
+/// Checks `limit` (1..=1000, default 100).
+pub(super) fn limit(limit: Option<u32>) -> Result<usize, ApiError> {
+    match limit.unwrap_or(DEFAULT_LIMIT) {
+        n @ 1..=MAX_LIMIT => Ok(n as usize),
+        _ => Err(ApiError::InvalidParameter(format!("limit must be 1..={MAX_LIMIT}"))),
+    }
+}
+
+/// Cursors are opaque to clients; inside they name the order they belong to and the last
+/// `opened_seq` returned, so a cursor of one order cannot be replayed against another.
+fn cursor(newest_first: bool, opened_seq: i64) -> String {
+    format!("{}{opened_seq}", if newest_first { 'n' } else { 'o' })
+}
+
+fn parse_cursor(newest_first: bool, raw: &str) -> Result<i64, ApiError> {
+    let expected = if newest_first { 'n' } else { 'o' };
+    raw.strip_prefix(expected)
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing and order".into()))
+}
+
+async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Result<Response, ApiError> {
+    let states = match p.state.as_deref() {
+        None | Some("") => Vec::new(),
+        Some(list) => list
+            .split(',')
+            .map(|s| {
+                GateState::parse(s.trim()).ok_or_else(|| {
+                    ApiError::InvalidParameter(format!("state must be open, resolved or closed (got {s:?})"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let newest_first = match p.order.as_deref() {
+        None | Some("opened") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::InvalidParameter(format!("order must be opened or newest (got {other:?})")));
+        }
+    };
+    let after = p.after.as_deref().map(|raw| parse_cursor(newest_first, raw)).transpose()?;
+    let query = ListQuery { session, states, newest_first, limit: limit(p.limit)?, after };
+    let listing = state.store.list_gates(query).await?;
+    let next_after = match listing.gates.last() {
+        Some(last) if listing.more => Some(cursor(newest_first, last.opened_seq)),
+        _ => None,
+    };
+    let body = GateListing { gates: listing.gates, journal_seq: listing.journal_seq, next_after };
+    Ok(json(StatusCode::OK, &body))
+}
+
+async fn list_session_gates(
+    State(state): State<AppState>,
+    Params(SessionPath { session_id }): Params<SessionPath>,
+    QueryParams(params): QueryParams<ListParams>,
+) -> Result<Response, ApiError> {
+    list(state, Some(session_id), params).await
+}
+
+async fn list_gates(
+    State(state): State<AppState>,
+    QueryParams(params): QueryParams<ListParams>,
+) -> Result<Response, ApiError> {
+    list(state, None, params).await
+}

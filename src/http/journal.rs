@@ -1,0 +1,49 @@
+//! Journal pages (spec §5.7): `from_journal_seq` is inclusive (an SSE cursor is exclusive).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::extract::{Params, QueryParams};
+use super::gates::limit;
+use super::{AppState, Route, json};
+use crate::domain::SessionId;
+use crate::error::ApiError;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::get("/v1/sessions/{session_id}/journal", session_journal),
+        Route::get("/v1/journal", global_journal),
+    ]
+}
+
+#[derive(Deserialize)]
+struct SessionPath {
+    session_id: SessionId,
+}
+
+#[derive(Deserialize)]
+struct PageParams {
+    from_journal_seq: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn page(state: AppState, session: Option<SessionId>, p: PageParams) -> Result<Response, ApiError> {
+    let from = i64::try_from(p.from_journal_seq.unwrap_or(0))
+        .map_err(|_| ApiError::InvalidParameter("from_journal_seq is out of range".into()))?;
+    let page = state.store.journal(session, from, limit(p.limit)?).await?;
+    Ok(json(StatusCode::OK, &page))
+}
+
+async fn session_journal(
+    State(state): State<AppState>,
+    Params(SessionPath { session_id }): Params<SessionPath>,
+    QueryParams(p): QueryParams<PageParams>,
+) -> Result<Response, ApiError> {
+    page(state, Some(session_id), p).await
+}
+
+async fn global_journal(State(state): State<AppState>, QueryParams(p): QueryParams<PageParams>) -> Result<Response, ApiError> {
+    page(state, None, p).await
+}

@@ -1,0 +1,92 @@
+//! A loop's inbox: the durable queue of commands for one (session, loop), delivered until acked
+//! (spec §5.6).
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use super::extract::{Params, QueryParams};
+use super::gates::limit;
+use super::{AppState, Route, json, wait_for};
+use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
+use crate::error::ApiError;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        Route::get("/v1/sessions/{session_id}/loops/{loop_id}/commands", list_commands),
+        Route::post("/v1/sessions/{session_id}/loops/{loop_id}/commands/{command_id}/ack", ack_command),
+    ]
+}
+
+#[derive(Deserialize)]
+struct LoopPath {
+    session_id: SessionId,
+    loop_id: LoopId,
+}
+
+#[derive(Deserialize)]
+struct CommandPath {
+    session_id: SessionId,
+    loop_id: LoopId,
+    command_id: CommandId,
+}
+
+#[derive(Deserialize)]
+struct InboxParams {
+    after: Option<u64>,
+    limit: Option<u32>,
+    wait: Option<u64>,
+    include_acked: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct InboxPage {
+    commands: Vec<InboxEntry>,
+    next_after: i64,
+}
+
+const MAX_WAIT_SECONDS: u64 = 60;
+
+/// Unacked commands after the cursor; with `wait`, long-polls until one qualifies. Without a
+/// cursor a restarted loop gets every unacked command again: that is the redelivery.
+async fn list_commands(
+    State(state): State<AppState>,
+    Params(LoopPath { session_id, loop_id }): Params<LoopPath>,
+    QueryParams(p): QueryParams<InboxParams>,
+) -> Result<Response, ApiError> {
+    let after = i64::try_from(p.after.unwrap_or(0))
+        .map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
+    let limit = limit(p.limit)?;
+    let wait = p.wait.unwrap_or(0);
+    if wait > MAX_WAIT_SECONDS {
+        return Err(ApiError::InvalidParameter(format!("wait must be 0..={MAX_WAIT_SECONDS} seconds")));
+    }
+    let include_acked = p.include_acked.unwrap_or(false);
+    // Register interest before reading, so a command committed in between still wakes us.
+    let mut interest = state.store.bus().watch_inbox(session_id, loop_id);
+    let started = Instant::now();
+    let commands = loop {
+        let commands = state.store.inbox(session_id, loop_id, after, limit, include_acked).await?;
+        let left = wait.saturating_sub(started.elapsed().as_secs());
+        if !commands.is_empty() || left == 0 || !wait_for(&state, left, interest.changed()).await {
+            break commands;
+        }
+    };
+    let next_after = commands.last().map_or(after, |c| c.seq);
+    Ok(json(StatusCode::OK, &InboxPage { commands, next_after }))
+}
+
+/// Idempotent: 204 every time the command is in this inbox.
+async fn ack_command(
+    State(state): State<AppState>,
+    Params(CommandPath { session_id, loop_id, command_id }): Params<CommandPath>,
+) -> Result<Response, ApiError> {
+    if state.store.ack_command(session_id, loop_id, command_id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::NotFound("no such command in this loop's inbox"))
+    }
+}

@@ -1,0 +1,103 @@
+//! The HTTP API: one module per resource, each listing its routes; `router` merges them. The
+//! route table is the router's only source, so the OpenAPI drift test can compare the two.
+
+mod extract;
+mod gates;
+mod journal;
+mod loops;
+mod meta;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use axum::handler::Handler;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::error::ApiError;
+use crate::store::Store;
+
+/// Limits that handlers enforce.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest accepted request body, in bytes.
+    pub max_body: usize,
+}
+
+/// What every handler can reach: cheap clonable handles.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub limits: Arc<Limits>,
+    /// Cancelled at shutdown; long-polls end on it.
+    pub shutdown: CancellationToken,
+}
+
+/// One documented route.
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    handler: MethodRouter<AppState>,
+}
+
+impl Route {
+    fn get<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self { method: Method::GET, path, handler: axum::routing::get(handler) }
+    }
+
+    fn post<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self { method: Method::POST, path, handler: axum::routing::post(handler) }
+    }
+}
+
+/// Every route of the API.
+pub fn routes() -> Vec<Route> {
+    [gates::routes(), loops::routes(), journal::routes(), meta::routes()].into_iter().flatten().collect()
+}
+
+/// The (method, path template) pairs the router serves.
+pub fn route_table() -> Vec<(Method, &'static str)> {
+    routes().into_iter().map(|r| (r.method, r.path)).collect()
+}
+
+/// The whole application, ready to serve.
+pub fn router(state: AppState) -> Router {
+    let mut router = Router::new();
+    for route in routes() {
+        // Routes sharing a path merge their methods.
+        router = router.route(route.path, route.handler);
+    }
+    router
+        .fallback(|| async { ApiError::NotFound("no such route") })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+        // Outermost last: panics become JSON 500s inside the request's span.
+        .layer(CatchPanicLayer::custom(|_| ApiError::Internal("handler panicked".into()).into_response()))
+        .layer(
+            // Spans record the matched route, never the raw URI (later it may carry a token).
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str());
+                tracing::info_span!("request", method = %req.method(), route)
+            }),
+        )
+}
+
+/// Waits up to `seconds` for `changed`, ending early at shutdown. `true` if `changed` fired.
+async fn wait_for(state: &AppState, seconds: u64, changed: impl Future<Output = ()>) -> bool {
+    tokio::select! {
+        () = changed => true,
+        () = tokio::time::sleep(Duration::from_secs(seconds)) => false,
+        () = state.shutdown.cancelled() => false,
+    }
+}
+
+/// `Response` helper: JSON with a status.
+fn json<T: serde::Serialize>(status: axum::http::StatusCode, body: &T) -> Response {
+    (status, axum::Json(body)).into_response()
+}

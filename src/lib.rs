@@ -1,0 +1,67 @@
+//! gatehouse: a durable gate server. An agent loop opens a gate (a question); a person answers
+//! it exactly once; the answer is routed to the owning loop's inbox.
+//!
+//! The layering is the architecture: `http` → `store` + `bus` → `domain`. `domain` is pure,
+//! `store` owns SQLite (one writer thread, read-only readers), `bus` rings after commits.
+
+pub mod bus;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod http;
+pub mod store;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::ServeArgs;
+pub use http::router;
+use http::{AppState, Limits};
+use store::{OpenError, Store, StoreConfig};
+
+/// Why `serve` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs the server on `listener` until `shutdown` resolves, then drains: streams and long-polls
+/// end, in-flight requests finish, the writer commits what is queued, and the database is
+/// checkpointed and closed.
+pub async fn serve(
+    args: ServeArgs,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let store = Store::open(StoreConfig {
+        path: args.db.clone(),
+        durability: args.sync,
+        before_commit: args.hooks.before_commit.clone(),
+    })?;
+    let token = CancellationToken::new();
+    let state = AppState {
+        store: store.clone(),
+        limits: Arc::new(Limits { max_body: args.max_body }),
+        shutdown: token.clone(),
+    };
+    let address = listener.local_addr()?;
+    tracing::info!("gatehouse listening on http://{address} with database {}", args.db.display());
+
+    let signal = token.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        signal.cancel();
+    });
+    let served = axum::serve(listener, router(state)).with_graceful_shutdown(token.clone().cancelled_owned()).await;
+    // Whatever ended the server, the writer still drains and the database closes cleanly.
+    token.cancel();
+    store.shutdown().await;
+    served?;
+    Ok(())
+}

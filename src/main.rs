@@ -1,0 +1,76 @@
+//! The `gatehouse` binary: parse the command line, set up logging, run the subcommand.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use gatehouse::config::{Cli, Command};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Usage errors exit 1 (not clap's 2); help and version are not errors.
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::FAILURE,
+            };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "gatehouse=info,warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gatehouse: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(async {
+            let listener = match tokio::net::TcpListener::bind(args.bind).await {
+                Ok(listener) => listener,
+                Err(e) => {
+                    eprintln!("gatehouse: cannot listen on {}: {e}", args.bind);
+                    return ExitCode::FAILURE;
+                }
+            };
+            match gatehouse::serve(args, listener, shutdown_signal()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("gatehouse: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }),
+    }
+}
+
+/// Resolves at SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

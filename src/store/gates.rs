@@ -1,0 +1,324 @@
+//! The gates table and the three transactions that change a gate: open (with idempotent re-ask),
+//! answer (the exactly-once claim) and close. Each runs as one writer job.
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use serde_json::value::RawValue;
+
+use super::row::{id, raw_json, raw_json_opt};
+use super::{StoreError, inbox, journal};
+use crate::bus::Effect;
+use crate::domain::events::{Source, to_json};
+use crate::domain::{
+    Answer, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
+    ProvideUserInput, SessionId, Timestamp, UserInputRequested,
+};
+
+const SELECT_RECORD: &str = "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
+        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id
+    FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq";
+
+/// A gate as stored: its view plus what only the server sees.
+#[derive(Debug, Clone)]
+pub struct GateRecord {
+    pub view: GateView,
+    /// The winning answer's `Idempotency-Key` and fingerprint, if it sent a key.
+    pub idempotency: Option<(String, String)>,
+}
+
+impl GateRecord {
+    /// The envelope, parsed (it was written by this program).
+    pub fn gate(&self) -> Result<Gate, StoreError> {
+        serde_json::from_str(self.view.gate.get()).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))
+    }
+}
+
+fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
+    let state: String = row.get(2)?;
+    let state = GateState::parse(&state).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, format!("state {state:?}").into())
+    })?;
+    let key: Option<String> = row.get(10)?;
+    let fingerprint: Option<String> = row.get(11)?;
+    Ok(GateRecord {
+        view: GateView {
+            gate_id: id(row, 12, GateId::parse)?,
+            session_id: id(row, 0, SessionId::parse)?,
+            loop_id: id(row, 1, LoopId::parse)?,
+            state,
+            gate: raw_json(row, 3)?,
+            opened_seq: row.get(4)?,
+            opened_at: Timestamp::from_nanos(row.get(5)?),
+            deadline: row.get::<_, Option<i64>>(6)?.map(Timestamp::from_nanos),
+            resolved_seq: row.get(7)?,
+            resolution: raw_json_opt(row, 8)?,
+            answer: row.get(9)?,
+        },
+        idempotency: key.zip(fingerprint),
+    })
+}
+
+/// One gate by id, in whatever session.
+pub fn find(conn: &Connection, gate: GateId) -> rusqlite::Result<Option<GateRecord>> {
+    conn.prepare_cached(&format!("{SELECT_RECORD} WHERE g.gate_id = ?1"))?
+        .query_row([gate.to_string()], record)
+        .optional()
+}
+
+/// The result of an open.
+#[derive(Debug)]
+pub enum OpenOutcome {
+    /// A new gate (201).
+    Created(GateView),
+    /// The same question asked again: the existing gate, whatever its state (200).
+    Existing(GateView),
+    /// The same tool execution asked something different (409 `gate_conflict`).
+    Conflict(GateView),
+}
+
+/// Opens a gate, or finds the one this tool execution already opened. Lookup and insert run in
+/// one writer job, so concurrent identical re-asks cannot both insert.
+pub fn open(conn: &Connection, session: SessionId, ask: &AskUser, effects: &mut Vec<Effect>) -> Result<OpenOutcome, StoreError> {
+    let content = ask.content.canonical();
+    let existing: Option<(String, String)> = conn
+        .prepare_cached(
+            "SELECT gate_id, content FROM gates WHERE session_id = ?1 AND loop_id = ?2 AND tool_execution_id = ?3",
+        )?
+        .query_row(
+            params![session.to_string(), ask.loop_id.to_string(), ask.tool_execution_id.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    if let Some((gate_id, stored)) = existing {
+        let gate_id = GateId::parse(&gate_id).map_err(|e| StoreError::Internal(format!("stored gate id: {e}")))?;
+        let view = view(conn, gate_id)?;
+        return Ok(if stored == content { OpenOutcome::Existing(view) } else { OpenOutcome::Conflict(view) });
+    }
+
+    let gate = ask.gate(GateId::mint());
+    let now = Timestamp::now();
+    let at = Coordinates::of(session, &gate, ask.loop_id);
+    let opened = to_json(&GateOpened::new(at, now, &gate));
+    let opened_seq = journal::append(conn, session, gate.id, GateOpened::TYPE, &opened)?;
+    let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
+    let requested_seq = journal::append(conn, session, gate.id, UserInputRequested::TYPE, &requested)?;
+    let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t).as_nanos());
+    conn.prepare_cached(
+        "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at, deadline)
+         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        gate.id.to_string(),
+        session.to_string(),
+        ask.loop_id.to_string(),
+        ask.tool_execution_id.to_string(),
+        content,
+        to_json(&gate),
+        opened_seq,
+        now.as_nanos(),
+        deadline,
+    ])?;
+    effects.push(Effect::Journal(requested_seq));
+    Ok(OpenOutcome::Created(view(conn, gate.id)?))
+}
+
+fn view(conn: &Connection, gate: GateId) -> Result<GateView, StoreError> {
+    find(conn, gate)?
+        .map(|r| r.view)
+        .ok_or_else(|| StoreError::Internal(format!("gate {gate} vanished inside its transaction")))
+}
+
+/// The result of an answer.
+#[derive(Debug)]
+pub enum AnswerOutcome {
+    /// Claimed, journaled and enqueued (202), or the replay of that with the same key and answer.
+    Accepted { journal_seq: i64 },
+    /// No such gate in this session (404).
+    NotFound,
+    /// Someone else's answer or a close won (409 `gate_not_ready`).
+    NotReady { resolution: Box<RawValue> },
+    /// The winner's key, with a different answer (409 `idempotency_conflict`).
+    IdempotencyConflict,
+}
+
+/// An idempotency key and the fingerprint of the answer it came with.
+#[derive(Debug, Clone)]
+pub struct Keyed {
+    pub key: String,
+    pub fingerprint: String,
+}
+
+/// What a request with this key gets from a gate that is no longer open, if the key decides it.
+pub fn replay(record: &GateRecord, key: Option<&Keyed>) -> Option<AnswerOutcome> {
+    let (stored_key, stored_fingerprint) = record.idempotency.as_ref()?;
+    let key = key.filter(|k| k.key == *stored_key)?;
+    Some(if key.fingerprint == *stored_fingerprint {
+        AnswerOutcome::Accepted { journal_seq: record.view.resolved_seq? }
+    } else {
+        AnswerOutcome::IdempotencyConflict
+    })
+}
+
+fn not_open(conn: &Connection, session: SessionId, gate: GateId, key: Option<&Keyed>) -> Result<AnswerOutcome, StoreError> {
+    let Some(record) = find(conn, gate)?.filter(|r| r.view.session_id == session) else {
+        return Ok(AnswerOutcome::NotFound);
+    };
+    if let Some(outcome) = replay(&record, key) {
+        return Ok(outcome);
+    }
+    match record.view.resolution {
+        Some(resolution) => Ok(AnswerOutcome::NotReady { resolution }),
+        None => Err(StoreError::Internal(format!("gate {gate} is {:?} without a resolution", record.view.state))),
+    }
+}
+
+/// The exactly-once path: claim the gate if it is still open (conditional write + row count),
+/// append `GateResolved`, enqueue `ProvideUserInput` for the owning loop, and store the winner's
+/// idempotency key, all in the caller's transaction.
+pub fn answer(
+    conn: &Connection,
+    session: SessionId,
+    gate_id: GateId,
+    answer: &Answer,
+    key: Option<&Keyed>,
+    effects: &mut Vec<Effect>,
+) -> Result<AnswerOutcome, StoreError> {
+    let claimed: Option<(String, String)> = conn
+        .prepare_cached(
+            "UPDATE gates SET state = 'resolved', answer = ?3, idempotency_key = ?4, fingerprint = ?5
+             WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
+             RETURNING loop_id, gate",
+        )?
+        .query_row(
+            params![
+                gate_id.to_string(),
+                session.to_string(),
+                answer.text,
+                key.map(|k| &k.key),
+                key.map(|k| &k.fingerprint)
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((loop_id, gate)) = claimed else {
+        // Lost the race (or never had a chance): the same key check as before the claim.
+        return not_open(conn, session, gate_id, key);
+    };
+    let loop_id = LoopId::parse(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
+    let gate: Gate = serde_json::from_str(&gate).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))?;
+    let now = Timestamp::now();
+    let at = Coordinates::of(session, &gate, loop_id);
+
+    let resolved = GateResolved::answered(at, now, gate_id, answer, Source::user(None));
+    let seq = journal::append(conn, session, gate_id, GateResolved::TYPE, &to_json(&resolved))?;
+    set_resolved_seq(conn, gate_id, seq)?;
+    let command = ProvideUserInput::from_person(at, now, &gate, answer);
+    inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
+
+    effects.extend([Effect::Journal(seq), Effect::Gate(gate_id), Effect::Inbox(session, loop_id)]);
+    Ok(AnswerOutcome::Accepted { journal_seq: seq })
+}
+
+fn set_resolved_seq(conn: &Connection, gate: GateId, seq: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE gates SET resolved_seq = ?2 WHERE gate_id = ?1")?.execute(params![gate.to_string(), seq])?;
+    Ok(())
+}
+
+/// The result of a close.
+#[derive(Debug)]
+pub enum CloseOutcome {
+    Closed(GateView),
+    NotFound,
+    NotReady { resolution: Box<RawValue> },
+}
+
+/// Withdraws an open gate: `GateResolved` with the reason and no action, and no command.
+pub fn close(
+    conn: &Connection,
+    session: SessionId,
+    gate_id: GateId,
+    reason: CloseReason,
+    effects: &mut Vec<Effect>,
+) -> Result<CloseOutcome, StoreError> {
+    let claimed: Option<(String, String)> = conn
+        .prepare_cached(
+            "UPDATE gates SET state = 'closed'
+             WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
+             RETURNING loop_id, gate",
+        )?
+        .query_row(params![gate_id.to_string(), session.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((loop_id, gate)) = claimed else {
+        return Ok(match not_open(conn, session, gate_id, None)? {
+            AnswerOutcome::NotReady { resolution } => CloseOutcome::NotReady { resolution },
+            _ => CloseOutcome::NotFound,
+        });
+    };
+    let loop_id = LoopId::parse(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
+    let gate: Gate = serde_json::from_str(&gate).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))?;
+    let at = Coordinates::of(session, &gate, loop_id);
+    let resolved = GateResolved::closed(at, Timestamp::now(), gate_id, reason);
+    let seq = journal::append(conn, session, gate_id, GateResolved::TYPE, &to_json(&resolved))?;
+    set_resolved_seq(conn, gate_id, seq)?;
+    effects.extend([Effect::Journal(seq), Effect::Gate(gate_id)]);
+    Ok(CloseOutcome::Closed(view(conn, gate_id)?))
+}
+
+/// Which gates a listing wants.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    pub session: Option<SessionId>,
+    /// Empty means every state.
+    pub states: Vec<GateState>,
+    pub newest_first: bool,
+    pub limit: usize,
+    /// The `opened_seq` of the last gate of the previous page.
+    pub after: Option<i64>,
+}
+
+/// A page of gates and the journal head read in the same read transaction.
+#[derive(Debug)]
+pub struct Listing {
+    pub gates: Vec<GateView>,
+    pub journal_seq: i64,
+    /// More rows exist after the last one returned.
+    pub more: bool,
+}
+
+pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
+    // One read transaction: the head and the rows are one snapshot.
+    let tx = conn.unchecked_transaction()?;
+    let journal_seq = journal::head(&tx)?;
+    let mut clauses = Vec::new();
+    let mut args: Vec<SqlValue> = Vec::new();
+    if let Some(session) = q.session {
+        args.push(SqlValue::Text(session.to_string()));
+        clauses.push(format!("g.session_id = ?{}", args.len()));
+    }
+    if !q.states.is_empty() {
+        let marks: Vec<String> = q
+            .states
+            .iter()
+            .map(|s| {
+                args.push(SqlValue::Text(s.as_str().to_owned()));
+                format!("?{}", args.len())
+            })
+            .collect();
+        clauses.push(format!("g.state IN ({})", marks.join(", ")));
+    }
+    if let Some(after) = q.after {
+        args.push(SqlValue::Integer(after));
+        clauses.push(format!("g.opened_seq {} ?{}", if q.newest_first { "<" } else { ">" }, args.len()));
+    }
+    let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+    args.push(SqlValue::Integer(q.limit as i64 + 1));
+    let order = if q.newest_first { "DESC" } else { "ASC" };
+    let sql = format!("{SELECT_RECORD} {filter} ORDER BY g.opened_seq {order} LIMIT ?{}", args.len());
+    let mut gates = tx
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| record(r).map(|r| r.view))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let more = gates.len() > q.limit;
+    gates.truncate(q.limit);
+    Ok(Listing { gates, journal_seq, more })
+}

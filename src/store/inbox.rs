@@ -1,0 +1,62 @@
+//! Per-loop durable command queues (spec §5.6).
+
+use rusqlite::{Connection, params};
+
+use super::row::raw_json;
+use crate::domain::{CommandId, GateId, InboxEntry, LoopId, SessionId, Timestamp};
+
+/// Puts one command in a loop's inbox (inside the claim transaction).
+pub fn enqueue(
+    conn: &Connection,
+    session: SessionId,
+    loop_id: LoopId,
+    gate: GateId,
+    command_id: CommandId,
+    command: &str,
+) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO inbox (session_id, loop_id, command_id, gate_id, command) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING seq",
+    )?
+    .query_row(
+        params![session.to_string(), loop_id.to_string(), command_id.to_string(), gate.to_string(), command],
+        |r| r.get(0),
+    )
+}
+
+/// Commands of one loop with seq > `after`, ascending; unacked ones unless `include_acked`.
+pub fn list(
+    conn: &Connection,
+    session: SessionId,
+    loop_id: LoopId,
+    after: i64,
+    limit: usize,
+    include_acked: bool,
+) -> rusqlite::Result<Vec<InboxEntry>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, command, acked_at FROM inbox
+         WHERE session_id = ?1 AND loop_id = ?2 AND seq > ?3 AND (?4 OR acked_at IS NULL)
+         ORDER BY seq LIMIT ?5",
+    )?;
+    stmt.query_map(
+        params![session.to_string(), loop_id.to_string(), after, include_acked, limit as i64],
+        |r| {
+            Ok(InboxEntry {
+                seq: r.get(0)?,
+                command: raw_json(r, 1)?,
+                acked_at: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_nanos),
+            })
+        },
+    )?
+    .collect()
+}
+
+/// Marks a command delivered; idempotent. `false` when the command is not in that inbox.
+pub fn ack(conn: &Connection, session: SessionId, loop_id: LoopId, command: CommandId, now: Timestamp) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE inbox SET acked_at = COALESCE(acked_at, ?4)
+             WHERE command_id = ?1 AND session_id = ?2 AND loop_id = ?3",
+        )?
+        .execute(params![command.to_string(), session.to_string(), loop_id.to_string(), now.as_nanos()])?;
+    Ok(changed == 1)
+}

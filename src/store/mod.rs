@@ -1,0 +1,293 @@
+//! Storage: one SQLite file in WAL mode. Writes go through the one writer thread (`writer`);
+//! reads use separate read-only connections on blocking threads, and never hold a statement or a
+//! transaction across an `.await`. Handlers see only this module's async API, never rusqlite.
+
+mod gates;
+mod inbox;
+mod journal;
+mod row;
+mod schema;
+mod writer;
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot};
+
+pub use gates::{AnswerOutcome, CloseOutcome, GateRecord, Keyed, ListQuery, Listing, OpenOutcome};
+pub use schema::SCHEMA_VERSION;
+pub use writer::{BeforeCommit, Health};
+
+use crate::bus::{Bus, Effect};
+use crate::domain::{
+    Answer, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, SessionId, Timestamp,
+};
+use writer::{Job, Msg, Writer};
+
+/// How many write jobs may queue before senders wait.
+const QUEUE_DEPTH: usize = 1024;
+/// How many idle read connections are kept for reuse.
+const IDLE_READERS: usize = 8;
+
+/// How hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Durability {
+    /// `synchronous=FULL`: a 202 survives power loss.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: faster; the last commits may roll back after power loss or an OS
+    /// crash (never after a mere process crash).
+    Normal,
+}
+
+/// How to open the store.
+#[derive(Clone)]
+pub struct StoreConfig {
+    pub path: PathBuf,
+    pub durability: Durability,
+    /// Test-only: called on the writer thread just before every COMMIT.
+    pub before_commit: Option<BeforeCommit>,
+}
+
+/// Why the store could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Locked(String),
+    #[error("{0}")]
+    Database(String),
+}
+
+/// A failed storage operation.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Busy, read-only, full or failing storage, or the writer has stopped: retryable (503).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// A broken invariant or damaged data: a bug (500).
+    #[error("storage invariant broken: {0}")]
+    Internal(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::*;
+        match e.sqlite_error_code() {
+            Some(
+                DatabaseBusy | DatabaseLocked | ReadOnly | DiskFull | SystemIoFailure | CannotOpen | DatabaseCorrupt
+                | NotADatabase | OutOfMemory | OperationAborted | FileLockingProtocolFailed,
+            ) => Self::Unavailable(e.to_string()),
+            // Constraint hits are guards against our own bugs: every expected conflict is decided
+            // by a query before the write.
+            _ => Self::Internal(e.to_string()),
+        }
+    }
+}
+
+/// Cheap, clonable handle on the store.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    jobs: mpsc::Sender<Msg>,
+    readers: Mutex<Vec<Connection>>,
+    health: Arc<Health>,
+    bus: Arc<Bus>,
+    lock: Mutex<Option<File>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// `<db>.lock`, beside the database.
+fn lock_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".lock");
+    PathBuf::from(p)
+}
+
+impl Store {
+    /// Takes the exclusive lock, opens and migrates the database, and starts the writer thread.
+    /// Must be called from inside a tokio runtime.
+    pub fn open(config: StoreConfig) -> Result<Self, OpenError> {
+        let lock_file = lock_path(&config.path);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_file)
+            .map_err(|e| OpenError::Locked(format!("cannot create the lock file {}: {e}", lock_file.display())))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(OpenError::Locked(format!(
+                    "{} is in use by another gatehouse server (its lock {} is held); stop that server \
+                     or choose another --db",
+                    config.path.display(),
+                    lock_file.display()
+                )));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(OpenError::Locked(format!("cannot lock {}: {e}", lock_file.display())));
+            }
+        }
+
+        let conn = schema::open_writer(&config.path, config.durability)?;
+        let head = journal::head(&conn)
+            .map_err(|e| OpenError::Database(format!("{}: cannot read the journal: {e}", config.path.display())))?;
+        let bus = Arc::new(Bus::new(head));
+        let health = Arc::new(Health::default());
+        let (jobs, rx) = mpsc::channel(QUEUE_DEPTH);
+        let writer = Writer {
+            conn,
+            rx,
+            bus: Arc::clone(&bus),
+            health: Arc::clone(&health),
+            before_commit: config.before_commit,
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("gatehouse-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| OpenError::Database(format!("cannot start the writer thread: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path: config.path,
+                jobs,
+                readers: Mutex::new(Vec::new()),
+                health,
+                bus,
+                lock: Mutex::new(Some(lock)),
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// The doorbell the writer rings after each commit.
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.inner.bus
+    }
+
+    /// Whether the last write succeeded (for `/readyz`).
+    pub fn is_healthy(&self) -> bool {
+        self.inner.health.is_healthy()
+    }
+
+    /// Drains the writer, checkpoints and closes the database, and releases the lock. Later
+    /// operations fail with `Unavailable`.
+    pub async fn shutdown(&self) {
+        self.inner.readers.lock().expect("reader pool").clear();
+        let (ack, done) = oneshot::channel();
+        if self.inner.jobs.send(Msg::Shutdown(ack)).await.is_ok() {
+            let _ = done.await;
+        }
+        let thread = self.inner.thread.lock().expect("writer handle").take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        drop(self.inner.lock.lock().expect("lock file").take());
+    }
+
+    /// Runs `work` in the writer's next transaction and waits until that transaction is decided.
+    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Vec<Effect>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let stopped = || StoreError::Unavailable("the writer has stopped".into());
+        let (job, reply) = Job::new(work);
+        self.inner.jobs.send(Msg::Job(job)).await.map_err(|_| stopped())?;
+        reply.await.map_err(|_| stopped())?
+    }
+
+    /// Runs `work` on a read-only connection on a blocking thread.
+    async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let joined = tokio::task::spawn_blocking(move || {
+            let idle = inner.readers.lock().expect("reader pool").pop();
+            let conn = match idle {
+                Some(conn) => conn,
+                None => schema::open_reader(&inner.path)?,
+            };
+            let result = work(&conn);
+            let mut idle = inner.readers.lock().expect("reader pool");
+            if idle.len() < IDLE_READERS {
+                idle.push(conn);
+            }
+            result
+        })
+        .await;
+        match joined {
+            Ok(result) => result.map_err(StoreError::from),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(StoreError::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Opens a gate or finds the one this tool execution already opened.
+    pub async fn open_gate(&self, session: SessionId, ask: AskUser) -> Result<OpenOutcome, StoreError> {
+        self.write(move |conn, effects| gates::open(conn, session, &ask, effects)).await
+    }
+
+    /// Claims, journals and enqueues an answer that was already checked against its gate.
+    pub async fn answer_gate(
+        &self,
+        session: SessionId,
+        gate: GateId,
+        answer: Answer,
+        key: Option<Keyed>,
+    ) -> Result<AnswerOutcome, StoreError> {
+        self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), effects)).await
+    }
+
+    /// Withdraws an open gate.
+    pub async fn close_gate(&self, session: SessionId, gate: GateId, reason: CloseReason) -> Result<CloseOutcome, StoreError> {
+        self.write(move |conn, effects| gates::close(conn, session, gate, reason, effects)).await
+    }
+
+    /// Acknowledges a command; `false` when it is not in that loop's inbox.
+    pub async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError> {
+        self.write(move |conn, _| Ok(inbox::ack(conn, session, loop_id, command, Timestamp::now())?)).await
+    }
+
+    /// One gate by id, in whatever session.
+    pub async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
+        self.read(move |conn| gates::find(conn, gate)).await
+    }
+
+    /// A page of gates with the journal head of the same snapshot.
+    pub async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError> {
+        self.read(move |conn| gates::list(conn, &query)).await
+    }
+
+    /// A page of one loop's inbox.
+    pub async fn inbox(
+        &self,
+        session: SessionId,
+        loop_id: LoopId,
+        after: i64,
+        limit: usize,
+        include_acked: bool,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        self.read(move |conn| inbox::list(conn, session, loop_id, after, limit, include_acked)).await
+    }
+
+    /// A page of the journal, optionally of one session.
+    pub async fn journal(&self, session: Option<SessionId>, from: i64, limit: usize) -> Result<JournalPage, StoreError> {
+        self.read(move |conn| journal::page(conn, session, from, limit)).await
+    }
+}
+
+/// Whether a gate that is no longer open settles a request carrying this key (replay or
+/// conflict), before any write is attempted.
+pub fn replay(record: &GateRecord, key: Option<&Keyed>) -> Option<AnswerOutcome> {
+    gates::replay(record, key)
+}

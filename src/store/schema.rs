@@ -1,0 +1,171 @@
+//! Opening the database file: pragmas, recognising the file, and embedded versioned migrations
+//! (`PRAGMA user_version`).
+
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags, ffi};
+
+use super::{Durability, OpenError};
+
+/// Marks the file as ours (`PRAGMA application_id`), so another program's SQLite database is
+/// refused instead of being migrated. The bytes spell "gate".
+const APPLICATION_ID: i32 = 0x6761_7465;
+
+/// Each step brings the schema from version `index` to `index + 1`. Never edit a released step;
+/// append a new one.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+-- The journal: one append-only sequence of enduring events for the whole server. `seq` is
+-- assigned inside the committing transaction and never reused (AUTOINCREMENT), so commit order
+-- is seq order. `event` is the JSON served verbatim.
+CREATE TABLE journal (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    gate_id    TEXT,
+    type       TEXT NOT NULL,
+    event      TEXT NOT NULL
+) STRICT;
+CREATE INDEX journal_by_session ON journal (session_id, seq);
+-- Guard: at most one resolution per gate, whatever the code above it does.
+CREATE UNIQUE INDEX journal_one_resolution ON journal (gate_id) WHERE type = 'GateResolved';
+
+CREATE TABLE gates (
+    gate_id           TEXT PRIMARY KEY,
+    session_id        TEXT NOT NULL,
+    loop_id           TEXT NOT NULL,
+    tool_execution_id TEXT NOT NULL,
+    state             TEXT NOT NULL CHECK (state IN ('open', 'resolved', 'closed')),
+    content           TEXT NOT NULL,   -- normalised question; equal text = same re-ask
+    gate              TEXT NOT NULL,   -- the envelope JSON
+    opened_seq        INTEGER NOT NULL REFERENCES journal (seq),
+    opened_at         INTEGER NOT NULL, -- ns since the epoch
+    deadline          INTEGER,          -- ns since the epoch
+    resolved_seq      INTEGER REFERENCES journal (seq),
+    answer            TEXT,
+    idempotency_key   TEXT,             -- the winner's key and answer fingerprint only
+    fingerprint       TEXT,
+    -- Guard: one question per tool execution; a re-ask finds the same gate.
+    UNIQUE (session_id, loop_id, tool_execution_id)
+) STRICT;
+CREATE INDEX gates_by_session ON gates (session_id, opened_seq);
+CREATE INDEX gates_by_state ON gates (state, opened_seq);
+
+-- Per-loop durable command queues. Rows are kept after the ack (`acked_at`).
+CREATE TABLE inbox (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    loop_id    TEXT NOT NULL,
+    command_id TEXT NOT NULL UNIQUE,
+    gate_id    TEXT NOT NULL UNIQUE REFERENCES gates (gate_id), -- guard: one command per gate
+    command    TEXT NOT NULL,   -- the command JSON, stored at claim time and served verbatim
+    acked_at   INTEGER
+) STRICT;
+CREATE INDEX inbox_by_loop ON inbox (session_id, loop_id, seq);
+"#];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Opens the write connection: recognises the file, sets pragmas, migrates.
+pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, OpenError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| describe(path, e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(2)).map_err(|e| describe(path, e))?;
+    recognise(&conn).map_err(|e| describe(path, e))??;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(|e| describe(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(OpenError::Database(format!("{}: could not switch to WAL (got {mode})", path.display())));
+    }
+    let sync = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON;"))
+        .map_err(|e| describe(path, e))?;
+    migrate(&conn).map_err(|e| describe(path, e))??;
+    Ok(conn)
+}
+
+/// Opens a read-only connection (the writer has already created and migrated the file).
+pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(2))?;
+    Ok(conn)
+}
+
+/// Refuses files that are SQLite but not ours. SQLite opens files lazily, so this first read is
+/// also where a garbage or truncated file shows up (as `SQLITE_NOTADB`).
+fn recognise(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
+    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    Ok(match app_id {
+        APPLICATION_ID => Ok(()),
+        0 if tables == 0 => Ok(()),
+        _ => Err(OpenError::Database(
+            "this SQLite database belongs to another program (it is not a gatehouse database)".into(),
+        )),
+    })
+}
+
+fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Ok(Err(OpenError::Database(format!(
+            "the database has schema version {version}, newer than this gatehouse supports \
+             ({SCHEMA_VERSION}); run a newer gatehouse"
+        ))));
+    }
+    for (from, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let to = from + 1;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let applied = (|| {
+            conn.execute_batch(step)?;
+            if from == 0 {
+                seed_meta(conn)?;
+            }
+            conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {to};"))
+        })();
+        match applied {
+            Ok(()) => conn.execute_batch("COMMIT")?,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        }
+        tracing::info!(from, to, "migrated the database schema");
+    }
+    Ok(Ok(()))
+}
+
+/// Server secrets generated once, for answer links and page cookies (later issues use them).
+fn seed_meta(conn: &Connection) -> rusqlite::Result<()> {
+    let key = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    conn.execute("INSERT INTO meta (key, value) VALUES ('link_key', ?1)", [key])?;
+    Ok(())
+}
+
+/// Turns an SQLite error at start-up into words an operator can act on.
+fn describe(path: &Path, e: rusqlite::Error) -> OpenError {
+    let what = match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => {
+            "is not a SQLite database (garbage, truncated or encrypted file)".to_owned()
+        }
+        Some(rusqlite::ErrorCode::CannotOpen) => "cannot be opened (missing directory or no permission)".to_owned(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => "is corrupt".to_owned(),
+        Some(rusqlite::ErrorCode::ReadOnly) => "is read-only".to_owned(),
+        _ => match &e {
+            rusqlite::Error::SqliteFailure(f, _) if f.extended_code == ffi::SQLITE_IOERR_SHORT_READ => {
+                "is truncated".to_owned()
+            }
+            _ => format!("could not be opened: {e}"),
+        },
+    };
+    OpenError::Database(format!("{} {what}", path.display()))
+}
