@@ -49,7 +49,11 @@ pub struct Answer {
 
 impl Answer {
     /// Checks action, then values, against the gate (spec §4.5 order).
-    pub fn check(gate: &Gate, action: Option<&str>, values: Option<&Map<String, Value>>) -> Result<Self, AnswerRejection> {
+    pub fn check(
+        gate: &Gate,
+        action: Option<&str>,
+        values: Option<&Map<String, Value>>,
+    ) -> Result<Self, AnswerRejection> {
         let action = action.unwrap_or_default();
         if !gate.has_control(action) {
             return Err(AnswerRejection::Action(action.to_owned()));

@@ -201,12 +201,8 @@ impl OpenGateIn {
         }
         let mut problems = Vec::new();
         let loop_id = required_id(&mut problems, "/loop_id", self.loop_id, LoopId::parse);
-        let tool_execution_id = required_id(
-            &mut problems,
-            "/tool_execution_id",
-            self.tool_execution_id,
-            ToolExecutionId::parse,
-        );
+        let tool_execution_id =
+            required_id(&mut problems, "/tool_execution_id", self.tool_execution_id, ToolExecutionId::parse);
         let turn_id = optional_id(&mut problems, "/turn_id", self.turn_id, TurnId::parse);
         let step_id = optional_id(&mut problems, "/step_id", self.step_id, StepId::parse);
 
@@ -272,9 +268,7 @@ fn optional_id<T>(
     parse: fn(&str) -> Result<T, IdError>,
 ) -> Option<T> {
     let raw = raw?;
-    parse(&raw)
-        .map_err(|e| problems.push(FieldError::new(path, FieldCode::Type, e.to_string())))
-        .ok()
+    parse(&raw).map_err(|e| problems.push(FieldError::new(path, FieldCode::Type, e.to_string()))).ok()
 }
 
 fn check_choices(problems: &mut Vec<FieldError>, choices: &[String]) {
@@ -357,11 +351,7 @@ impl AskUser {
                 label: "Answer".into(),
                 kind: FieldKind::Select,
                 required: true,
-                options: c
-                    .choices
-                    .iter()
-                    .map(|v| ChoiceOption { value: v.clone(), label: v.clone() })
-                    .collect(),
+                options: c.choices.iter().map(|v| ChoiceOption { value: v.clone(), label: v.clone() }).collect(),
                 allow_other: c.allow_other,
             }
         };
@@ -371,11 +361,7 @@ impl AskUser {
             resolver: "loop".into(),
             blocks: "tool_call".into(),
             effect: "resume".into(),
-            subject: Subject {
-                tool_execution_id: self.tool_execution_id,
-                turn_id: c.turn_id,
-                step_id: c.step_id,
-            },
+            subject: Subject { tool_execution_id: self.tool_execution_id, turn_id: c.turn_id, step_id: c.step_id },
             prompt: Prompt {
                 title: c.title.clone(),
                 body: c.question.clone(),

@@ -16,9 +16,7 @@ pub struct Timestamp(i64);
 
 impl Timestamp {
     pub fn now() -> Self {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("the system clock is set after 1970");
+        let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("the system clock is set after 1970");
         Self(i64::try_from(since.as_nanos()).expect("the system clock is set before 2262"))
     }
 
@@ -56,13 +54,7 @@ impl fmt::Display for Timestamp {
         let nanos = self.0.rem_euclid(NANOS_PER_SEC);
         let (year, month, day) = civil_from_days(secs.div_euclid(SECS_PER_DAY));
         let sod = secs.rem_euclid(SECS_PER_DAY);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-            sod / 3600,
-            sod / 60 % 60,
-            sod % 60
-        )
+        write!(f, "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z", sod / 3600, sod / 60 % 60, sod % 60)
     }
 }
 

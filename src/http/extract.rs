@@ -54,9 +54,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
         };
         let bytes = value.as_bytes();
         if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
-            return Err(ApiError::InvalidParameter(
-                "Idempotency-Key must be 1 to 255 visible ASCII characters".into(),
-            ));
+            return Err(ApiError::InvalidParameter("Idempotency-Key must be 1 to 255 visible ASCII characters".into()));
         }
         Ok(Self(Some(String::from_utf8_lossy(bytes).into_owned())))
     }
@@ -91,11 +89,8 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T
 /// `None` for a request without a body.
 async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result<Option<T>, ApiError> {
     let (parts, body) = req.into_parts();
-    let declared: Option<u64> = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
+    let declared: Option<u64> =
+        parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     match parts.headers.get(CONTENT_TYPE) {
         Some(ct) if is_json(ct.as_bytes()) => {}
         // No content type and nothing declared: a bodiless request (still read below to be sure).
@@ -105,9 +100,8 @@ async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result
     if declared.is_some_and(|n| n > max_body as u64) {
         return Err(ApiError::PayloadTooLarge(max_body));
     }
-    let bytes = axum::body::to_bytes(Body::new(body), max_body)
-        .await
-        .map_err(|e| match std::error::Error::source(&e) {
+    let bytes =
+        axum::body::to_bytes(Body::new(body), max_body).await.map_err(|e| match std::error::Error::source(&e) {
             Some(inner) if inner.is::<http_body_util::LengthLimitError>() => ApiError::PayloadTooLarge(max_body),
             _ => ApiError::invalid_body(format!("could not read the request body: {e}")),
         })?;
@@ -133,7 +127,8 @@ fn is_json(content_type: &[u8]) -> bool {
 /// Strict decoding in two passes: first a walk that refuses duplicate keys anywhere, then the
 /// typed decode (which refuses unknown fields and trailing data).
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice::<NoDuplicateKeys>(bytes).map_err(|e| ApiError::invalid_body(format!("malformed JSON: {e}")))?;
+    serde_json::from_slice::<NoDuplicateKeys>(bytes)
+        .map_err(|e| ApiError::invalid_body(format!("malformed JSON: {e}")))?;
     serde_json::from_slice(bytes).map_err(|e| ApiError::invalid_body(format!("invalid request body: {e}")))
 }
 

@@ -116,10 +116,7 @@ async fn wait_gate(
     loop {
         let record = find_in_session(&state, session_id, gate_id).await?;
         let left = timeout.saturating_sub(started.elapsed().as_secs());
-        if record.view.state != GateState::Open
-            || left == 0
-            || !wait_for(&state, left, interest.changed()).await
-        {
+        if record.view.state != GateState::Open || left == 0 || !wait_for(&state, left, interest.changed()).await {
             let record = if record.view.state == GateState::Open {
                 find_in_session(&state, session_id, gate_id).await?
             } else {
@@ -156,10 +153,8 @@ async fn answer_gate(
     // Only a valid answer has a fingerprint; an invalid one cannot match the stored winner's.
     let gate = record.gate()?;
     let checked = answer(&gate);
-    let keyed = key.map(|key| Keyed {
-        key,
-        fingerprint: checked.as_ref().map(Answer::fingerprint).unwrap_or_default(),
-    });
+    let keyed =
+        key.map(|key| Keyed { key, fingerprint: checked.as_ref().map(Answer::fingerprint).unwrap_or_default() });
     if let Some(outcome) = store::replay(&record, keyed.as_ref()) {
         return accepted_or(gate_id, outcome);
     }
@@ -176,9 +171,7 @@ async fn answer_gate(
 
 fn accepted_or(gate_id: GateId, outcome: AnswerOutcome) -> Result<Response, ApiError> {
     match outcome {
-        AnswerOutcome::Accepted { journal_seq } => {
-            Ok(json(StatusCode::ACCEPTED, &Accepted { gate_id, journal_seq }))
-        }
+        AnswerOutcome::Accepted { journal_seq } => Ok(json(StatusCode::ACCEPTED, &Accepted { gate_id, journal_seq })),
         AnswerOutcome::NotFound => Err(ApiError::GateNotFound),
         AnswerOutcome::NotReady { resolution } => Err(ApiError::GateNotReady(resolution)),
         AnswerOutcome::IdempotencyConflict => Err(ApiError::IdempotencyConflict),

@@ -12,10 +12,7 @@ use crate::domain::SessionId;
 use crate::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::get("/v1/sessions/{session_id}/journal", session_journal),
-        Route::get("/v1/journal", global_journal),
-    ]
+    vec![Route::get("/v1/sessions/{session_id}/journal", session_journal), Route::get("/v1/journal", global_journal)]
 }
 
 #[derive(Deserialize)]
@@ -44,6 +41,9 @@ async fn session_journal(
     page(state, Some(session_id), p).await
 }
 
-async fn global_journal(State(state): State<AppState>, QueryParams(p): QueryParams<PageParams>) -> Result<Response, ApiError> {
+async fn global_journal(
+    State(state): State<AppState>,
+    QueryParams(p): QueryParams<PageParams>,
+) -> Result<Response, ApiError> {
     page(state, None, p).await
 }

@@ -57,8 +57,8 @@ async fn list_commands(
     Params(LoopPath { session_id, loop_id }): Params<LoopPath>,
     QueryParams(p): QueryParams<InboxParams>,
 ) -> Result<Response, ApiError> {
-    let after = i64::try_from(p.after.unwrap_or(0))
-        .map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
+    let after =
+        i64::try_from(p.after.unwrap_or(0)).map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
     let limit = limit(p.limit)?;
     let wait = p.wait.unwrap_or(0);
     if wait > MAX_WAIT_SECONDS {

@@ -78,16 +78,20 @@ pub enum OpenOutcome {
 
 /// Opens a gate, or finds the one this tool execution already opened. Lookup and insert run in
 /// one writer job, so concurrent identical re-asks cannot both insert.
-pub fn open(conn: &Connection, session: SessionId, ask: &AskUser, effects: &mut Vec<Effect>) -> Result<OpenOutcome, StoreError> {
+pub fn open(
+    conn: &Connection,
+    session: SessionId,
+    ask: &AskUser,
+    effects: &mut Vec<Effect>,
+) -> Result<OpenOutcome, StoreError> {
     let content = ask.content.canonical();
     let existing: Option<(String, String)> = conn
         .prepare_cached(
             "SELECT gate_id, content FROM gates WHERE session_id = ?1 AND loop_id = ?2 AND tool_execution_id = ?3",
         )?
-        .query_row(
-            params![session.to_string(), ask.loop_id.to_string(), ask.tool_execution_id.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .query_row(params![session.to_string(), ask.loop_id.to_string(), ask.tool_execution_id.to_string()], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?;
     if let Some((gate_id, stored)) = existing {
         let gate_id = GateId::parse(&gate_id).map_err(|e| StoreError::Internal(format!("stored gate id: {e}")))?;
@@ -159,7 +163,12 @@ pub fn replay(record: &GateRecord, key: Option<&Keyed>) -> Option<AnswerOutcome>
     })
 }
 
-fn not_open(conn: &Connection, session: SessionId, gate: GateId, key: Option<&Keyed>) -> Result<AnswerOutcome, StoreError> {
+fn not_open(
+    conn: &Connection,
+    session: SessionId,
+    gate: GateId,
+    key: Option<&Keyed>,
+) -> Result<AnswerOutcome, StoreError> {
     let Some(record) = find(conn, gate)?.filter(|r| r.view.session_id == session) else {
         return Ok(AnswerOutcome::NotFound);
     };
@@ -220,7 +229,8 @@ pub fn answer(
 }
 
 fn set_resolved_seq(conn: &Connection, gate: GateId, seq: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE gates SET resolved_seq = ?2 WHERE gate_id = ?1")?.execute(params![gate.to_string(), seq])?;
+    conn.prepare_cached("UPDATE gates SET resolved_seq = ?2 WHERE gate_id = ?1")?
+        .execute(params![gate.to_string(), seq])?;
     Ok(())
 }
 

@@ -37,21 +37,24 @@ pub fn list(
          WHERE session_id = ?1 AND loop_id = ?2 AND seq > ?3 AND (?4 OR acked_at IS NULL)
          ORDER BY seq LIMIT ?5",
     )?;
-    stmt.query_map(
-        params![session.to_string(), loop_id.to_string(), after, include_acked, limit as i64],
-        |r| {
-            Ok(InboxEntry {
-                seq: r.get(0)?,
-                command: raw_json(r, 1)?,
-                acked_at: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_nanos),
-            })
-        },
-    )?
+    stmt.query_map(params![session.to_string(), loop_id.to_string(), after, include_acked, limit as i64], |r| {
+        Ok(InboxEntry {
+            seq: r.get(0)?,
+            command: raw_json(r, 1)?,
+            acked_at: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_nanos),
+        })
+    })?
     .collect()
 }
 
 /// Marks a command delivered; idempotent. `false` when the command is not in that inbox.
-pub fn ack(conn: &Connection, session: SessionId, loop_id: LoopId, command: CommandId, now: Timestamp) -> rusqlite::Result<bool> {
+pub fn ack(
+    conn: &Connection,
+    session: SessionId,
+    loop_id: LoopId,
+    command: CommandId,
+    now: Timestamp,
+) -> rusqlite::Result<bool> {
     let changed = conn
         .prepare_cached(
             "UPDATE inbox SET acked_at = COALESCE(acked_at, ?4)

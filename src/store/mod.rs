@@ -77,8 +77,17 @@ impl From<rusqlite::Error> for StoreError {
         use rusqlite::ErrorCode::*;
         match e.sqlite_error_code() {
             Some(
-                DatabaseBusy | DatabaseLocked | ReadOnly | DiskFull | SystemIoFailure | CannotOpen | DatabaseCorrupt
-                | NotADatabase | OutOfMemory | OperationAborted | FileLockingProtocolFailed,
+                DatabaseBusy
+                | DatabaseLocked
+                | ReadOnly
+                | DiskFull
+                | SystemIoFailure
+                | CannotOpen
+                | DatabaseCorrupt
+                | NotADatabase
+                | OutOfMemory
+                | OperationAborted
+                | FileLockingProtocolFailed,
             ) => Self::Unavailable(e.to_string()),
             // Constraint hits are guards against our own bugs: every expected conflict is decided
             // by a query before the write.
@@ -249,12 +258,22 @@ impl Store {
     }
 
     /// Withdraws an open gate.
-    pub async fn close_gate(&self, session: SessionId, gate: GateId, reason: CloseReason) -> Result<CloseOutcome, StoreError> {
+    pub async fn close_gate(
+        &self,
+        session: SessionId,
+        gate: GateId,
+        reason: CloseReason,
+    ) -> Result<CloseOutcome, StoreError> {
         self.write(move |conn, effects| gates::close(conn, session, gate, reason, effects)).await
     }
 
     /// Acknowledges a command; `false` when it is not in that loop's inbox.
-    pub async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError> {
+    pub async fn ack_command(
+        &self,
+        session: SessionId,
+        loop_id: LoopId,
+        command: CommandId,
+    ) -> Result<bool, StoreError> {
         self.write(move |conn, _| Ok(inbox::ack(conn, session, loop_id, command, Timestamp::now())?)).await
     }
 
@@ -281,7 +300,12 @@ impl Store {
     }
 
     /// A page of the journal, optionally of one session.
-    pub async fn journal(&self, session: Option<SessionId>, from: i64, limit: usize) -> Result<JournalPage, StoreError> {
+    pub async fn journal(
+        &self,
+        session: Option<SessionId>,
+        from: i64,
+        limit: usize,
+    ) -> Result<JournalPage, StoreError> {
         self.read(move |conn| journal::page(conn, session, from, limit)).await
     }
 }

@@ -76,9 +76,7 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, Op
     let conn = Connection::open_with_flags(path, flags).map_err(|e| describe(path, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(2)).map_err(|e| describe(path, e))?;
     recognise(&conn).map_err(|e| describe(path, e))??;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(|e| describe(path, e))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(|e| describe(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(OpenError::Database(format!("{}: could not switch to WAL (got {mode})", path.display())));
     }

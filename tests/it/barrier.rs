@@ -1,0 +1,81 @@
+//! The commit barrier (spec §13): with the writer paused just before COMMIT, nothing the answer
+//! produces is observable; after release, everything is, at the seq the 202 names.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use crate::helpers::{NET_TIMEOUT, TestApp, ask, bounded, gate_id, uuid};
+
+/// Pauses the writer before COMMIT while armed, until released.
+struct Barrier {
+    armed: AtomicBool,
+    reached: Mutex<mpsc::Sender<()>>,
+    release: Mutex<mpsc::Receiver<()>>,
+}
+
+#[tokio::test]
+async fn nothing_is_observable_before_commit() {
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let barrier = Arc::new(Barrier {
+        armed: AtomicBool::new(false),
+        reached: Mutex::new(reached_tx),
+        release: Mutex::new(release_rx),
+    });
+    let hook = Arc::clone(&barrier);
+    let app = TestApp::spawn_with(move |args| {
+        args.hooks.before_commit = Some(Arc::new(move || {
+            if hook.armed.swap(false, Ordering::SeqCst) {
+                hook.reached.lock().unwrap().send(()).unwrap();
+                // Bounded, so a broken test cannot wedge the writer forever.
+                let _ = hook.release.lock().unwrap().recv_timeout(NET_TIMEOUT);
+            }
+        }));
+    })
+    .await;
+    let (session, loop_id) = (uuid(), uuid());
+    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Barrier?")).await);
+    let head_before = app.journal().await.len();
+
+    let waiter = {
+        let client = app.client.clone();
+        let path = format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60");
+        tokio::spawn(async move { client.get(&path).await })
+    };
+    let inbox_poll = {
+        let client = app.client.clone();
+        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
+        tokio::spawn(async move { client.get(&path).await })
+    };
+
+    barrier.armed.store(true, Ordering::SeqCst);
+    let answering = {
+        let client = app.client.clone();
+        let (session, gate) = (session.clone(), gate.clone());
+        tokio::spawn(async move { client.answer(&session, &gate, "after the barrier").await })
+    };
+    bounded("writer reaches the barrier", tokio::task::spawn_blocking(move || reached_rx.recv_timeout(NET_TIMEOUT)))
+        .await
+        .unwrap()
+        .expect("the answer's transaction reached COMMIT");
+
+    // Paused before COMMIT: readers see the last committed state, and nobody was woken.
+    assert_eq!(app.view(&session, &gate).await["state"], "open");
+    assert!(app.inbox(&session, &loop_id).await.is_empty());
+    assert_eq!(app.journal().await.len(), head_before);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "no waiter wakes before commit");
+    assert!(!inbox_poll.is_finished(), "no inbox delivery before commit");
+    assert!(!answering.is_finished(), "no 202 before commit");
+
+    release_tx.send(()).unwrap();
+    let accepted = bounded("202", answering).await.unwrap().expect(202).json();
+    let resolved = bounded("waiter", waiter).await.unwrap().expect(200).json();
+    assert_eq!(resolved["state"], "resolved");
+    assert_eq!(resolved["resolved_seq"], accepted["journal_seq"]);
+    let page = bounded("inbox poll", inbox_poll).await.unwrap().expect(200).json();
+    assert_eq!(page["commands"][0]["command"]["answer"], "after the barrier");
+    let journal = app.journal().await;
+    assert_eq!(journal.last().unwrap()["journal_seq"], accepted["journal_seq"]);
+}

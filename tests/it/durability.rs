@@ -1,0 +1,157 @@
+//! What survives a crash, and what refuses to start: the real binary, SIGKILL and restarts on the
+//! same database file.
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use crate::helpers::{ServerProcess, ask, bounded, gate_id, uuid};
+
+#[tokio::test]
+async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gatehouse.db");
+    let (session, loop_id) = (uuid(), uuid());
+
+    let server = ServerProcess::start(&db);
+    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Survive?")).await);
+    server.kill();
+
+    let server = ServerProcess::start(&db);
+    assert_eq!(server.view(&session, &gate).await["state"], "open");
+    server.answer(&session, &gate, "yes").await.expect(202);
+    let inbox = server.inbox(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["command"]["answer"], "yes");
+}
+
+#[tokio::test]
+async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gatehouse.db");
+    let (session, loop_id) = (uuid(), uuid());
+
+    let server = ServerProcess::start(&db);
+    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Deploy?")).await);
+    let accepted = server.answer(&session, &gate, "ship it").await.expect(202).json();
+    // Killed right after the 202: no shutdown code, no checkpoint.
+    server.kill();
+
+    let server = ServerProcess::start(&db);
+    let inbox = server.inbox(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1, "the acknowledged answer is still delivered");
+    let command = &inbox[0]["command"];
+    assert_eq!(command["answer"], "ship it");
+    assert_eq!(command["gate_id"], gate.as_str());
+    let view = server.view(&session, &gate).await;
+    assert_eq!(view["resolved_seq"], accepted["journal_seq"]);
+
+    let command_id = command["command_id"].as_str().unwrap();
+    let ack = format!("/v1/sessions/{session}/loops/{loop_id}/commands/{command_id}/ack");
+    server.send(reqwest::Method::POST, &ack, &[], None).await.expect(204);
+    assert_eq!(server.terminate(Duration::from_secs(5)), Some(0));
+
+    let server = ServerProcess::start(&db);
+    assert!(server.inbox(&session, &loop_id).await.is_empty(), "acked: gone from the default view");
+    let all = server
+        .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true"))
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(all["commands"].as_array().unwrap().len(), 1);
+    assert_eq!(all["commands"][0]["command"]["command_id"], command_id);
+    assert!(all["commands"][0]["acked_at"].is_string());
+}
+
+#[tokio::test]
+async fn sigterm_ends_long_polls_and_closes_the_database_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gatehouse.db");
+    let (session, loop_id) = (uuid(), uuid());
+    let server = ServerProcess::start(&db);
+    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Still there?")).await);
+
+    let wait = {
+        let client = server.client.clone();
+        let path = format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60");
+        tokio::spawn(async move { client.get(&path).await })
+    };
+    let poll = {
+        let client = server.client.clone();
+        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
+        tokio::spawn(async move { client.get(&path).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let code = tokio::task::spawn_blocking(move || server.terminate(Duration::from_secs(5))).await.unwrap();
+    assert_eq!(code, Some(0), "a clean exit within 5 s of SIGTERM");
+    // Long-polls were answered (still open, nothing queued), not cut off.
+    assert_eq!(bounded("wait", wait).await.unwrap().expect(200).json()["state"], "open");
+    assert!(bounded("poll", poll).await.unwrap().expect(200).json()["commands"].as_array().unwrap().is_empty());
+
+    // Checkpointed and closed: no WAL left behind, and the file is sound.
+    let wal = dir.path().join("gatehouse.db-wal");
+    assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0, "the WAL was checkpointed");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[tokio::test]
+async fn a_second_server_on_the_same_database_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gatehouse.db");
+    let first = ServerProcess::start(&db);
+    let (code, stderr) = ServerProcess::run_to_exit(&[
+        OsStr::new("serve"),
+        OsStr::new("--bind"),
+        OsStr::new("127.0.0.1:0"),
+        OsStr::new("--db"),
+        db.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("in use by another gatehouse server"), "a clear message: {stderr}");
+    // The first one is unaffected.
+    first.get("/readyz").await.expect(200);
+}
+
+#[test]
+fn unusable_database_files_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |db: &std::path::Path| {
+        ServerProcess::run_to_exit(&[
+            OsStr::new("serve"),
+            OsStr::new("--bind"),
+            OsStr::new("127.0.0.1:0"),
+            OsStr::new("--db"),
+            db.as_os_str(),
+        ])
+    };
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+    let (code, stderr) = start(&garbage);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("is not a SQLite database"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let newer = dir.path().join("newer.db");
+    {
+        let conn = rusqlite::Connection::open(&newer).unwrap();
+        conn.execute_batch("CREATE TABLE t (x); PRAGMA application_id = 1734440037; PRAGMA user_version = 99;")
+            .unwrap();
+    }
+    let (code, stderr) = start(&newer);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("schema version 99, newer than this gatehouse"), "{stderr}");
+
+    let foreign = dir.path().join("foreign.db");
+    rusqlite::Connection::open(&foreign).unwrap().execute_batch("CREATE TABLE notes (body TEXT);").unwrap();
+    let (code, stderr) = start(&foreign);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("not a gatehouse database"), "{stderr}");
+
+    let (code, stderr) =
+        ServerProcess::run_to_exit(&[OsStr::new("serve"), OsStr::new("--sync"), OsStr::new("sometimes")]);
+    assert_eq!(code, Some(1), "usage errors exit 1: {stderr}");
+    let (code, _) = ServerProcess::run_to_exit(&[OsStr::new("serve"), OsStr::new("--help")]);
+    assert_eq!(code, Some(0));
+}

@@ -1,0 +1,319 @@
+//! Test harness: the real server on a port-0 loopback listener with a temporary database, either
+//! in this process (`TestApp`) or as a child process of the real binary (`ServerProcess`, for
+//! SIGKILL and restart tests). Every network await is bounded by a timeout, and every response
+//! is checked against `openapi.yaml`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use gatehouse::ServeArgs;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::contract;
+
+/// How long any single network operation of a test may take.
+pub const NET_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Bounds a future; a hang fails the test instead of eating CI time.
+pub async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(NET_TIMEOUT, fut).await.unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// A fresh random UUID (lower case).
+pub fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// An open-gate body for an AskUser question.
+pub fn ask(loop_id: &str, tool: &str, question: &str) -> Value {
+    json!({"loop_id": loop_id, "tool_execution_id": tool, "question": question})
+}
+
+/// A valid answer body.
+pub fn answer(text: &str) -> Value {
+    json!({"action": "answer", "values": {"answer": text}})
+}
+
+/// A response, read whole.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: not JSON: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// Asserts the status, showing the body when it differs.
+    #[track_caller]
+    pub fn expect(self, status: u16) -> Self {
+        assert_eq!(self.status, status, "unexpected status; body: {}", String::from_utf8_lossy(&self.body));
+        self
+    }
+
+    /// Asserts an error status and code.
+    #[track_caller]
+    pub fn expect_error(self, status: u16, code: &str) -> Value {
+        let body = self.expect(status).json();
+        assert_eq!(body["error"]["code"], code, "{body}");
+        body
+    }
+}
+
+/// An HTTP client for one server.
+#[derive(Clone)]
+pub struct Client {
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(base: String) -> Self {
+        let http = reqwest::Client::builder().no_proxy().build().expect("client");
+        Self { base, http }
+    }
+
+    /// Sends a request and checks the response against the contract.
+    pub async fn send(&self, method: Method, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Resp {
+        let mut req = self.http.request(method.clone(), format!("{}{path}", self.base));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(body) = body {
+            req = req.body(body);
+        }
+        let what = format!("{method} {path}");
+        let resp = bounded(&what, req.send()).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = bounded(&what, resp.bytes()).await.unwrap_or_else(|e| panic!("{what}: {e}")).to_vec();
+        let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
+        contract::check_response(method.as_str(), path, status, content_type, &body);
+        Resp { status, headers, body }
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send(Method::GET, path, &[], None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Resp {
+        self.post_with(path, &[], body).await
+    }
+
+    pub async fn post_with(&self, path: &str, headers: &[(&str, &str)], body: &Value) -> Resp {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        self.send(Method::POST, path, &all, Some(body.to_string().into_bytes())).await
+    }
+
+    /// Opens a gate and returns its view (201 expected).
+    pub async fn open(&self, session: &str, body: &Value) -> Value {
+        self.post(&format!("/v1/sessions/{session}/gates"), body).await.expect(201).json()
+    }
+
+    /// Answers a gate.
+    pub async fn answer(&self, session: &str, gate: &str, text: &str) -> Resp {
+        self.post(&format!("/v1/sessions/{session}/gates/{gate}"), &answer(text)).await
+    }
+
+    /// The unacked inbox of a loop.
+    pub async fn inbox(&self, session: &str, loop_id: &str) -> Vec<Value> {
+        let page = self.get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands")).await.expect(200).json();
+        page["commands"].as_array().expect("commands").clone()
+    }
+
+    /// Every journal event, in order.
+    pub async fn journal(&self) -> Vec<Value> {
+        let page = self.get("/v1/journal?limit=1000").await.expect(200).json();
+        assert_eq!(page["done"], true, "test journals fit in one page");
+        page["events"].as_array().expect("events").clone()
+    }
+
+    /// One gate's current view.
+    pub async fn view(&self, session: &str, gate: &str) -> Value {
+        self.get(&format!("/v1/sessions/{session}/gates/{gate}")).await.expect(200).json()
+    }
+}
+
+/// The id of the gate in a view.
+pub fn gate_id(view: &Value) -> String {
+    view["gate"]["id"].as_str().expect("gate id").to_owned()
+}
+
+/// The real server running inside the test process.
+pub struct TestApp {
+    pub client: Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<Result<(), gatehouse::ServeError>>>,
+    _dir: Option<TempDir>,
+}
+
+impl std::ops::Deref for TestApp {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Starts a server with adjusted flags on a fresh temporary database.
+    pub async fn spawn_with(adjust: impl FnOnce(&mut ServeArgs)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("gatehouse.db");
+        let mut app = Self::start(&db, adjust).await;
+        app._dir = Some(dir);
+        app
+    }
+
+    /// Starts a server on an existing database path (for restarts).
+    pub async fn start(db: &Path, adjust: impl FnOnce(&mut ServeArgs)) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let addr = listener.local_addr().expect("address");
+        let mut args = ServeArgs::new(db, addr);
+        adjust(&mut args);
+        let (tx, rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(gatehouse::serve(args, listener, async {
+            let _ = rx.await;
+        }));
+        Self { client: Client::new(format!("http://{addr}")), shutdown: Some(tx), server: Some(server), _dir: None }
+    }
+
+    /// Graceful shutdown; returns the temporary directory so the database outlives the server.
+    pub async fn stop(mut self) -> Option<TempDir> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            bounded("server shutdown", server).await.expect("server task").expect("server ran cleanly");
+        }
+        self._dir.take()
+    }
+}
+
+/// The real `gatehouse` binary as a child process, for kill and restart tests.
+pub struct ServerProcess {
+    pub client: Client,
+    child: Child,
+    /// Kept so the forwarding thread keeps draining the pipe.
+    _stderr: mpsc::Receiver<String>,
+}
+
+impl std::ops::Deref for ServerProcess {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+fn binary() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+    cmd.env_remove("RUST_LOG").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd
+}
+
+/// Forwards a child's stderr lines to a channel (and to the test output).
+fn collect_stderr(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[server] {line}");
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+impl ServerProcess {
+    /// Starts `gatehouse serve` on a port chosen by the OS and waits for its listening line.
+    pub fn start(db: &Path) -> Self {
+        let mut child =
+            binary().args(["serve", "--bind", "127.0.0.1:0", "--db"]).arg(db).spawn().expect("start gatehouse");
+        let stderr = collect_stderr(&mut child);
+        let deadline = std::time::Instant::now() + NET_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = stderr.recv_timeout(left).unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("gatehouse did not say where it listens")
+            });
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let base = rest.split_whitespace().next().expect("address").to_owned();
+                return Self { client: Client::new(base), child, _stderr: stderr };
+            }
+        }
+    }
+
+    /// Runs `gatehouse ARGS…` to completion (bounded), returning its exit code and stderr.
+    pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+        let mut child = binary().args(args).spawn().expect("start gatehouse");
+        let stderr = collect_stderr(&mut child);
+        let code = wait_bounded(&mut child, NET_TIMEOUT).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("gatehouse did not exit")
+        });
+        (code, stderr.try_iter().collect::<Vec<_>>().join("\n"))
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+
+    /// SIGTERM, then waits (bounded) for the exit; returns the exit code.
+    pub fn terminate(mut self, within: Duration) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid}");
+        match wait_bounded(&mut self.child, within) {
+            Some(code) => code,
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("gatehouse did not exit within {within:?} of SIGTERM");
+            }
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // A failing test must not leave a server behind.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits for a child to exit, polling, for at most `limit`. `None` if it is still running.
+fn wait_bounded(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status.code());
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

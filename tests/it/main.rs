@@ -1,0 +1,12 @@
+//! The one integration-test binary: the real server over real loopback sockets and temporary
+//! SQLite files.
+
+mod answers;
+mod barrier;
+mod conformance;
+mod contract;
+mod durability;
+mod gates;
+mod helpers;
+mod inbox;
+mod readme;
