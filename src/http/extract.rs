@@ -64,7 +64,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 /// keys at any depth, no unknown fields (the types deny them), no trailing data.
 pub struct JsonBody<T>(pub T);
 
-/// Like `JsonBody`, but an absent body (no bytes, no content type) means `T::default()`.
+/// Like `JsonBody`, but an empty body means `T::default()`.
 pub struct OptionalJsonBody<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
@@ -93,7 +93,7 @@ async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result
         parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     match parts.headers.get(CONTENT_TYPE) {
         Some(ct) if is_json(ct.as_bytes()) => {}
-        // No content type and nothing declared: a bodiless request (still read below to be sure).
+        // No content type and nothing declared: a bodiless request (read below to be sure).
         None if declared.unwrap_or(0) == 0 => {}
         _ => return Err(ApiError::UnsupportedMediaType),
     }
@@ -106,11 +106,7 @@ async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result
             _ => ApiError::invalid_body(format!("could not read the request body: {e}")),
         })?;
     if bytes.is_empty() {
-        return if parts.headers.contains_key(CONTENT_TYPE) {
-            Err(ApiError::invalid_body("the JSON body is empty"))
-        } else {
-            Ok(None)
-        };
+        return Ok(None);
     }
     decode(&bytes).map(Some)
 }

@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
@@ -80,12 +81,16 @@ pub fn router(state: AppState) -> Router {
         // Outermost last: panics become JSON 500s inside the request's span.
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal("handler panicked".into()).into_response()))
         .layer(
-            // Spans record the matched route, never the raw URI (later it may carry a token).
+            // Spans record the matched route, never the raw URI (later it may carry a token), and
+            // the request id that the client also gets back, so a 500 can be found in the log.
             TraceLayer::new_for_http().make_span_with(|req: &Request| {
                 let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str());
-                tracing::info_span!("request", method = %req.method(), route)
+                let id = req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
+                tracing::info_span!("request", method = %req.method(), route, request_id = id.unwrap_or("-"))
             }),
         )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 
 /// Waits up to `seconds` for `changed`, ending early at shutdown. `true` if `changed` fired.

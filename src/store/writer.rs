@@ -39,6 +39,8 @@ trait Work: Send {
 /// once the fate of the transaction is known.
 struct Ran {
     ok: bool,
+    /// The job failed on storage trouble (not on a broken invariant): the writer is unhealthy.
+    storage_failed: bool,
     effects: Vec<Effect>,
     reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
 }
@@ -59,6 +61,7 @@ where
         let result = work(conn, &mut effects);
         Ran {
             ok: result.is_ok(),
+            storage_failed: matches!(result, Err(StoreError::Unavailable(_))),
             effects,
             reply: Box::new(move |committed: Result<(), StoreError>| {
                 // The caller may have gone away (client disconnect); the work is done anyway.
@@ -204,7 +207,7 @@ impl Writer {
         }
         match self.conn.execute_batch("COMMIT") {
             Ok(()) => {
-                self.health.set(true);
+                self.health.set(!done.iter().any(|r| r.storage_failed));
                 let effects: Vec<Effect> = done.iter().flat_map(|r| r.effects.iter().copied()).collect();
                 self.bus.publish(&effects);
                 for ran in done {

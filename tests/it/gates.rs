@@ -190,7 +190,9 @@ async fn closing_withdraws_without_a_command() {
     let (session, loop_id) = (uuid(), uuid());
     let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Still needed?")).await);
     let close = format!("/v1/sessions/{session}/gates/{gate}/close");
-    let closed = app.send(reqwest::Method::POST, &close, &[], None).await.expect(200).json();
+    // An empty body (even one labelled JSON, as browsers' fetch may send) means the default reason.
+    let json_ct = [("content-type", "application/json")];
+    let closed = app.send(reqwest::Method::POST, &close, &json_ct, Some(Vec::new())).await.expect(200).json();
     assert_eq!(closed["state"], "closed");
     let resolution = &closed["resolution"];
     assert_eq!(resolution["reason"], "owner_closed");
