@@ -3,22 +3,28 @@
 //! committed, so nothing can be observed before its commit.
 //!
 //! - `head`: a `watch` of the latest committed journal seq; streams follow it (bursts coalesce).
+//! - `ring`: the last committed journal frames, serialised once as SSE bytes and shared by every
+//!   stream whose cursor is inside it; streams further behind read the database instead.
 //! - keyed interests: gate id → `wait` long-polls, (session, loop) → inbox long-polls, so a
 //!   commit wakes only who it concerns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
+use axum::body::Bytes;
 use tokio::sync::watch;
 
 use crate::domain::{GateId, LoopId, SessionId};
 
+/// How many committed frames the ring keeps.
+pub const RING_CAPACITY: usize = 4096;
+
 /// Something a committed transaction changed, announced after COMMIT returned Ok.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// The journal grew up to this seq.
-    Journal(i64),
+    /// One event was appended to the journal.
+    Journal { seq: i64, session: SessionId, event: String },
     /// This gate left `open`.
     Gate(GateId),
     /// This loop's inbox has a new command.
@@ -29,6 +35,7 @@ pub enum Effect {
 #[derive(Debug)]
 pub struct Bus {
     head: watch::Sender<i64>,
+    ring: Ring,
     gates: Arc<Keyed<GateId>>,
     inboxes: Arc<Keyed<(SessionId, LoopId)>>,
 }
@@ -36,7 +43,25 @@ pub struct Bus {
 impl Bus {
     /// A bus whose head starts at the journal head found at start-up.
     pub fn new(head: i64) -> Self {
-        Self { head: watch::Sender::new(head), gates: Arc::default(), inboxes: Arc::default() }
+        Self {
+            head: watch::Sender::new(head),
+            ring: Ring::new(head, RING_CAPACITY),
+            gates: Arc::default(),
+            inboxes: Arc::default(),
+        }
+    }
+
+    /// Committed frames with `cursor < seq <= upto` (of one session, or all), at most `max`, and
+    /// the cursor to continue from; `None` when the ring no longer holds every frame after
+    /// `cursor` (read the database instead).
+    pub fn frames_after(
+        &self,
+        cursor: i64,
+        upto: i64,
+        session: Option<SessionId>,
+        max: usize,
+    ) -> Option<(Vec<Frame>, i64)> {
+        self.ring.after(cursor, upto, session, max)
     }
 
     /// The latest committed journal seq, and a way to wait for the next.
@@ -54,11 +79,14 @@ impl Bus {
         Keyed::subscribe(&self.inboxes, (session, loop_id))
     }
 
-    /// Announces what a commit changed. Called by the writer only after COMMIT returned Ok.
-    pub fn publish(&self, effects: &[Effect]) {
+    /// Announces what a commit changed, in order. Called by the writer only after COMMIT
+    /// returned Ok. A frame enters the ring before the head moves past it, so a stream that sees
+    /// the new head finds every frame up to it.
+    pub fn publish(&self, effects: Vec<Effect>) {
         for effect in effects {
-            match *effect {
-                Effect::Journal(seq) => {
+            match effect {
+                Effect::Journal { seq, session, event } => {
+                    self.ring.push(Frame { seq, session, bytes: enduring_frame(seq, &event) });
                     self.head.send_if_modified(|head| {
                         let advanced = seq > *head;
                         *head = (*head).max(seq);
@@ -69,6 +97,70 @@ impl Bus {
                 Effect::Inbox(session, loop_id) => self.inboxes.notify(&(session, loop_id)),
             }
         }
+    }
+}
+
+/// One journal event as an SSE frame, ready for the socket.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub seq: i64,
+    pub session: SessionId,
+    pub bytes: Bytes,
+}
+
+/// `event: enduring`, `id:` the seq, and the event inside `{"v":1,"event":…}` on one line (the
+/// stored event is compact JSON, so it holds no raw line break).
+pub fn enduring_frame(seq: i64, event: &str) -> Bytes {
+    Bytes::from(format!("event: enduring\nid: {seq}\ndata: {{\"v\":1,\"event\":{event}}}\n\n"))
+}
+
+/// The last committed frames, oldest first. Every frame with `seq > floor` is in it.
+#[derive(Debug)]
+struct Ring {
+    inner: Mutex<RingInner>,
+}
+
+#[derive(Debug)]
+struct RingInner {
+    frames: VecDeque<Frame>,
+    /// The highest seq not (or no longer) held; the journal head at start-up.
+    floor: i64,
+    capacity: usize,
+}
+
+impl Ring {
+    fn new(floor: i64, capacity: usize) -> Self {
+        Self { inner: Mutex::new(RingInner { frames: VecDeque::with_capacity(capacity), floor, capacity }) }
+    }
+
+    fn push(&self, frame: Frame) {
+        let mut ring = self.inner.lock().expect("ring lock");
+        if ring.frames.len() == ring.capacity
+            && let Some(evicted) = ring.frames.pop_front()
+        {
+            ring.floor = evicted.seq;
+        }
+        ring.frames.push_back(frame);
+    }
+
+    fn after(&self, cursor: i64, upto: i64, session: Option<SessionId>, max: usize) -> Option<(Vec<Frame>, i64)> {
+        let ring = self.inner.lock().expect("ring lock");
+        if cursor < ring.floor {
+            return None;
+        }
+        let start = ring.frames.partition_point(|f| f.seq <= cursor);
+        let mut out = Vec::new();
+        for frame in ring.frames.range(start..).take_while(|f| f.seq <= upto) {
+            if session.is_none_or(|s| s == frame.session) {
+                if out.len() == max {
+                    // Full: continue right after the last frame handed out.
+                    let next = out.last().map_or(cursor, |f: &Frame| f.seq);
+                    return Some((out, next));
+                }
+                out.push(frame.clone());
+            }
+        }
+        Some((out, upto))
     }
 }
 
@@ -137,11 +229,63 @@ mod tests {
         let (a, b) = (GateId::mint(), GateId::mint());
         let mut wa = bus.watch_gate(a);
         let mut wb = bus.watch_gate(b);
-        bus.publish(&[Effect::Journal(3), Effect::Gate(a)]);
+        let session = SessionId::parse("11111111-1111-4111-8111-111111111111").unwrap();
+        bus.publish(vec![Effect::Journal { seq: 3, session, event: "{}".into() }, Effect::Gate(a)]);
         tokio::time::timeout(Duration::from_secs(5), wa.changed()).await.unwrap();
         assert!(tokio::time::timeout(Duration::from_millis(50), wb.changed()).await.is_err());
         assert_eq!(*bus.head().borrow(), 3);
         drop((wa, wb));
         assert!(bus.gates.map.lock().unwrap().is_empty(), "interests unregister on drop");
+    }
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::*;
+
+    fn session(n: u8) -> SessionId {
+        SessionId::parse(&format!("{n:08}-1111-4111-8111-111111111111")).unwrap()
+    }
+
+    fn ring_with(seqs: impl IntoIterator<Item = i64>, floor: i64, capacity: usize) -> Ring {
+        let ring = Ring::new(floor, capacity);
+        for seq in seqs {
+            ring.push(Frame { seq, session: session((seq % 2) as u8 + 1), bytes: enduring_frame(seq, "{}") });
+        }
+        ring
+    }
+
+    fn seqs(got: Option<(Vec<Frame>, i64)>) -> (Vec<i64>, i64) {
+        let (frames, next) = got.expect("covered");
+        (frames.iter().map(|f| f.seq).collect(), next)
+    }
+
+    #[test]
+    fn serves_frames_after_a_cursor_up_to_a_bound() {
+        let ring = ring_with(11..=20, 10, 16);
+        assert_eq!(seqs(ring.after(10, 20, None, 100)), ((11..=20).collect(), 20));
+        assert_eq!(seqs(ring.after(15, 18, None, 100)), (vec![16, 17, 18], 18));
+        assert_eq!(seqs(ring.after(10, 20, None, 3)), (vec![11, 12, 13], 13));
+        assert_eq!(seqs(ring.after(20, 20, None, 3)), (vec![], 20));
+        // A session filter skips other sessions' frames but still moves the cursor to the bound.
+        assert_eq!(seqs(ring.after(10, 20, Some(session(1)), 100)), (vec![12, 14, 16, 18, 20], 20));
+    }
+
+    #[test]
+    fn a_cursor_older_than_the_ring_is_not_covered() {
+        let ring = ring_with(1..=10, 0, 4);
+        assert!(ring.after(5, 10, None, 100).is_none(), "6 was evicted");
+        assert_eq!(seqs(ring.after(6, 10, None, 100)), (vec![7, 8, 9, 10], 10));
+        let fresh = ring_with([], 42, 4);
+        assert!(fresh.after(41, 42, None, 100).is_none(), "history before start-up is in the database");
+    }
+
+    #[test]
+    fn frames_are_one_line_json_with_an_id() {
+        let frame = enduring_frame(7, r#"{"type":"GateOpened","v":1}"#);
+        assert_eq!(
+            &frame[..],
+            b"event: enduring\nid: 7\ndata: {\"v\":1,\"event\":{\"type\":\"GateOpened\",\"v\":1}}\n\n"
+        );
     }
 }

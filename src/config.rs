@@ -4,6 +4,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -43,6 +44,19 @@ pub struct ServeArgs {
     #[arg(long, env = "GATEHOUSE_MAX_BODY", default_value = "1MiB", value_parser = parse_size)]
     pub max_body: usize,
 
+    /// How often streams send a `: ping` comment (e.g. 15s, 500ms).
+    #[arg(long, env = "GATEHOUSE_HEARTBEAT", default_value = "15s", value_parser = parse_duration)]
+    pub heartbeat: Duration,
+
+    /// Close a connection whose client has accepted no data for this long (it resumes with its
+    /// cursor).
+    #[arg(long, env = "GATEHOUSE_STREAM_STALL", default_value = "60s", value_parser = parse_duration)]
+    pub stream_stall: Duration,
+
+    /// Most streams open at once; more get `503 gate_capacity`.
+    #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000)]
+    pub max_streams: usize,
+
     /// Test hooks; never set from the command line.
     #[arg(skip)]
     pub hooks: TestHooks,
@@ -55,6 +69,9 @@ impl fmt::Debug for ServeArgs {
             .field("db", &self.db)
             .field("sync", &self.sync)
             .field("max_body", &self.max_body)
+            .field("heartbeat", &self.heartbeat)
+            .field("stream_stall", &self.stream_stall)
+            .field("max_streams", &self.max_streams)
             .finish_non_exhaustive()
     }
 }
@@ -95,9 +112,49 @@ fn parse_size(raw: &str) -> Result<usize, String> {
     }
 }
 
+/// `<int>(ms|s|m|h|d)`, combinable (`1m30s`); a bare integer is seconds.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let bad = || format!("{raw:?} is not a duration like 15s, 500ms or 1m30s");
+    if let Ok(seconds) = raw.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit_len = rest[digits..].find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len() - digits);
+        let unit = &rest[digits..digits + unit_len];
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+            "d" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &rest[digits + unit_len..];
+    }
+    if total.is_zero() { Err(format!("{raw:?} must be longer than zero")) } else { Ok(total) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in ["", "0s", "s", "5x", "1.5s", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn sizes() {

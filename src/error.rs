@@ -38,6 +38,8 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("the request body must be application/json")]
     UnsupportedMediaType,
+    #[error("{0}; retry later")]
+    GateCapacity(&'static str),
     #[error("storage is unavailable; retry (with the same Idempotency-Key for answers)")]
     StorageUnavailable(String),
     #[error("internal error")]
@@ -60,6 +62,7 @@ impl ApiError {
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::GateCapacity(_) => "gate_capacity",
             Self::StorageUnavailable(_) => "storage_unavailable",
             Self::Internal(_) => "internal",
         }
@@ -77,13 +80,13 @@ impl ApiError {
             Self::GateNotReady(_) | Self::GateConflict(_) | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::GateCapacity(_) | Self::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     pub fn retryable(&self) -> bool {
-        matches!(self, Self::StorageUnavailable(_))
+        matches!(self, Self::GateCapacity(_) | Self::StorageUnavailable(_))
     }
 
     /// A malformed body without field details.

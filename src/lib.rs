@@ -14,11 +14,12 @@ pub mod store;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use config::ServeArgs;
 pub use http::router;
-use http::{AppState, Limits};
+use http::{AppState, Limits, StallGuardListener};
 use store::{OpenError, Store, StoreConfig};
 
 /// Why `serve` stopped with an error.
@@ -46,7 +47,8 @@ pub async fn serve(
     let token = CancellationToken::new();
     let state = AppState {
         store: store.clone(),
-        limits: Arc::new(Limits { max_body: args.max_body }),
+        limits: Arc::new(Limits { max_body: args.max_body, heartbeat: args.heartbeat }),
+        streams: Arc::new(Semaphore::new(args.max_streams)),
         shutdown: token.clone(),
     };
     let address = listener.local_addr()?;
@@ -58,6 +60,7 @@ pub async fn serve(
         tracing::info!("shutting down");
         signal.cancel();
     });
+    let listener = StallGuardListener::new(listener, args.stream_stall);
     let served = axum::serve(listener, router(state)).with_graceful_shutdown(token.clone().cancelled_owned()).await;
     // Whatever ended the server, the writer still drains and the database closes cleanly.
     token.cancel();

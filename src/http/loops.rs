@@ -3,13 +3,15 @@
 
 use std::time::Instant;
 
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{Params, QueryParams};
 use super::gates::limit;
+use super::sse::{self, BATCH, Sink};
 use super::{AppState, Route, json, wait_for};
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
 use crate::error::ApiError;
@@ -51,12 +53,20 @@ struct InboxPage {
 const MAX_WAIT_SECONDS: u64 = 60;
 
 /// Unacked commands after the cursor; with `wait`, long-polls until one qualifies. Without a
-/// cursor a restarted loop gets every unacked command again: that is the redelivery.
+/// cursor a restarted loop gets every unacked command again: that is the redelivery. With
+/// `Accept: text/event-stream` the same rows stream as `event: command` frames.
 async fn list_commands(
     State(state): State<AppState>,
     Params(LoopPath { session_id, loop_id }): Params<LoopPath>,
     QueryParams(p): QueryParams<InboxParams>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    if sse::wants_stream(&headers) {
+        // Never "live from now": a loop that reconnects without a cursor gets every unacked row.
+        let cursor = sse::cursor(&headers, p.after)?.unwrap_or(0);
+        let stream_state = state.clone();
+        return sse::open(&state, move |sink| stream_commands(stream_state, session_id, loop_id, cursor, sink));
+    }
     let after =
         i64::try_from(p.after.unwrap_or(0)).map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
     let limit = limit(p.limit)?;
@@ -77,6 +87,35 @@ async fn list_commands(
     };
     let next_after = commands.last().map_or(after, |c| c.seq);
     Ok(json(StatusCode::OK, &InboxPage { commands, next_after }))
+}
+
+/// Streams unacked commands after the cursor, then new ones as they commit.
+async fn stream_commands(state: AppState, session: SessionId, loop_id: LoopId, mut cursor: i64, sink: Sink) {
+    // Register before reading, so a command committed in between still wakes the stream.
+    let mut interest = state.store.bus().watch_inbox(session, loop_id);
+    loop {
+        let rows = match state.store.inbox(session, loop_id, cursor, BATCH, false).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "an inbox stream could not read; closing it");
+                return;
+            }
+        };
+        if rows.is_empty() {
+            tokio::select! {
+                () = interest.changed() => continue,
+                () = sink.closed() => return,
+            }
+        }
+        for row in rows {
+            let data = serde_json::to_string(&row).expect("inbox rows serialise");
+            let frame = format!("event: command\nid: {}\ndata: {data}\n\n", row.seq);
+            if sink.send(Bytes::from(frame)).await.is_err() {
+                return;
+            }
+            cursor = row.seq;
+        }
+    }
 }
 
 /// Idempotent: 204 every time the command is in this inbox.

@@ -1,11 +1,16 @@
 //! The HTTP API: one module per resource, each listing its routes; `router` merges them. The
 //! route table is the router's only source, so the OpenAPI drift test can compare the two.
 
+mod events;
 mod extract;
 mod gates;
 mod journal;
 mod loops;
 mod meta;
+mod sse;
+mod stall;
+
+pub use stall::StallGuardListener;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +21,7 @@ use axum::handler::Handler;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
@@ -29,6 +35,8 @@ use crate::store::Store;
 pub struct Limits {
     /// Largest accepted request body, in bytes.
     pub max_body: usize,
+    /// How often streams send `: ping`.
+    pub heartbeat: Duration,
 }
 
 /// What every handler can reach: cheap clonable handles.
@@ -36,7 +44,9 @@ pub struct Limits {
 pub struct AppState {
     pub store: Store,
     pub limits: Arc<Limits>,
-    /// Cancelled at shutdown; long-polls end on it.
+    /// One permit per open stream (`--max-streams`).
+    pub streams: Arc<Semaphore>,
+    /// Cancelled at shutdown; long-polls and streams end on it.
     pub shutdown: CancellationToken,
 }
 
@@ -59,7 +69,10 @@ impl Route {
 
 /// Every route of the API.
 pub fn routes() -> Vec<Route> {
-    [gates::routes(), loops::routes(), journal::routes(), meta::routes()].into_iter().flatten().collect()
+    [gates::routes(), loops::routes(), events::routes(), journal::routes(), meta::routes()]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The (method, path template) pairs the router serves.

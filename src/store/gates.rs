@@ -103,9 +103,9 @@ pub fn open(
     let now = Timestamp::now();
     let at = Coordinates::of(session, &gate, ask.loop_id);
     let opened = to_json(&GateOpened::new(at, now, &gate));
-    let opened_seq = journal::append(conn, session, gate.id, GateOpened::TYPE, &opened)?;
+    let opened_seq = journal::append(conn, effects, session, gate.id, GateOpened::TYPE, opened)?;
     let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
-    let requested_seq = journal::append(conn, session, gate.id, UserInputRequested::TYPE, &requested)?;
+    journal::append(conn, effects, session, gate.id, UserInputRequested::TYPE, requested)?;
     let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t).as_nanos());
     conn.prepare_cached(
         "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at, deadline)
@@ -122,7 +122,6 @@ pub fn open(
         now.as_nanos(),
         deadline,
     ])?;
-    effects.push(Effect::Journal(requested_seq));
     Ok(OpenOutcome::Created(view(conn, gate.id)?))
 }
 
@@ -219,12 +218,12 @@ pub fn answer(
     let at = Coordinates::of(session, &gate, loop_id);
 
     let resolved = GateResolved::answered(at, now, gate_id, answer, Source::user(None));
-    let seq = journal::append(conn, session, gate_id, GateResolved::TYPE, &to_json(&resolved))?;
+    let seq = journal::append(conn, effects, session, gate_id, GateResolved::TYPE, to_json(&resolved))?;
     set_resolved_seq(conn, gate_id, seq)?;
     let command = ProvideUserInput::from_person(at, now, &gate, answer);
     inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
 
-    effects.extend([Effect::Journal(seq), Effect::Gate(gate_id), Effect::Inbox(session, loop_id)]);
+    effects.extend([Effect::Gate(gate_id), Effect::Inbox(session, loop_id)]);
     Ok(AnswerOutcome::Accepted { journal_seq: seq })
 }
 
@@ -268,9 +267,9 @@ pub fn close(
     let gate: Gate = serde_json::from_str(&gate).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))?;
     let at = Coordinates::of(session, &gate, loop_id);
     let resolved = GateResolved::closed(at, Timestamp::now(), gate_id, reason);
-    let seq = journal::append(conn, session, gate_id, GateResolved::TYPE, &to_json(&resolved))?;
+    let seq = journal::append(conn, effects, session, gate_id, GateResolved::TYPE, to_json(&resolved))?;
     set_resolved_seq(conn, gate_id, seq)?;
-    effects.extend([Effect::Journal(seq), Effect::Gate(gate_id)]);
+    effects.push(Effect::Gate(gate_id));
     Ok(CloseOutcome::Closed(view(conn, gate_id)?))
 }
 

@@ -299,6 +299,22 @@ impl Store {
         self.read(move |conn| inbox::list(conn, session, loop_id, after, limit, include_acked)).await
     }
 
+    /// Journal events with `after < seq <= upto`, for a stream behind the frame ring.
+    pub async fn journal_range(
+        &self,
+        session: Option<SessionId>,
+        after: i64,
+        upto: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        self.read(move |conn| journal::range(conn, session, after, upto, limit)).await
+    }
+
+    /// The oldest retained journal seq.
+    pub async fn journal_earliest(&self) -> Result<i64, StoreError> {
+        self.read(journal::earliest).await
+    }
+
     /// A page of the journal, optionally of one session.
     pub async fn journal(
         &self,

@@ -208,8 +208,8 @@ impl Writer {
         match self.conn.execute_batch("COMMIT") {
             Ok(()) => {
                 self.health.set(!done.iter().any(|r| r.storage_failed));
-                let effects: Vec<Effect> = done.iter().flat_map(|r| r.effects.iter().copied()).collect();
-                self.bus.publish(&effects);
+                let effects: Vec<Effect> = done.iter_mut().flat_map(|r| r.effects.drain(..)).collect();
+                self.bus.publish(effects);
                 for ran in done {
                     (ran.reply)(Ok(()));
                 }

@@ -1,0 +1,108 @@
+//! Journal streams (spec §6): every committed journal event as an `event: enduring` frame whose
+//! `id:` is its seq. Resume with `Last-Event-ID` or `?after=N`; without a cursor a stream starts
+//! live from now.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::extract::{Params, QueryParams};
+use super::sse::{self, BATCH, Sink};
+use super::{AppState, Route};
+use crate::bus::enduring_frame;
+use crate::domain::SessionId;
+use crate::error::ApiError;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![Route::get("/v1/sessions/{session_id}/events", session_events), Route::get("/v1/events", all_events)]
+}
+
+#[derive(Deserialize)]
+struct SessionPath {
+    session_id: SessionId,
+}
+
+#[derive(Deserialize)]
+struct StreamParams {
+    after: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct AllParams {
+    after: Option<u64>,
+    session_id: Option<SessionId>,
+}
+
+async fn session_events(
+    State(state): State<AppState>,
+    Params(SessionPath { session_id }): Params<SessionPath>,
+    QueryParams(p): QueryParams<StreamParams>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let cursor = sse::cursor(&headers, p.after)?;
+    let stream_state = state.clone();
+    sse::open(&state, move |sink| follow(stream_state, Some(session_id), cursor, sink))
+}
+
+async fn all_events(
+    State(state): State<AppState>,
+    QueryParams(p): QueryParams<AllParams>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let cursor = sse::cursor(&headers, p.after)?;
+    let stream_state = state.clone();
+    sse::open(&state, move |sink| follow(stream_state, p.session_id, cursor, sink))
+}
+
+/// Replays what the client missed, then follows the journal live. The head is subscribed to
+/// before anything is read, so a commit in between is never lost; the cursor only moves forward,
+/// so no seq is sent twice.
+async fn follow(state: AppState, session: Option<SessionId>, requested: Option<i64>, sink: Sink) {
+    let bus = state.store.bus();
+    let mut head = bus.head();
+    let start = *head.borrow_and_update();
+    let mut cursor = match requested {
+        Some(n) if n > start => {
+            // The client knows of events this journal never had: it must re-snapshot.
+            let Ok(earliest) = state.store.journal_earliest().await else { return };
+            let reset = format!("event: reset\ndata: {{\"earliest\":{earliest},\"head\":{start}}}\n\n");
+            if sink.send(Bytes::from(reset)).await.is_err() {
+                return;
+            }
+            start
+        }
+        Some(n) => n,
+        None => start,
+    };
+    loop {
+        let upto = *head.borrow_and_update();
+        while cursor < upto {
+            let (frames, next) = match bus.frames_after(cursor, upto, session, BATCH) {
+                Some((frames, next)) => (frames.into_iter().map(|f| f.bytes).collect::<Vec<_>>(), next),
+                // Behind the ring: a bounded batch from the database, released before sending.
+                None => match state.store.journal_range(session, cursor, upto, BATCH).await {
+                    Ok(rows) => {
+                        let next = if rows.len() < BATCH { upto } else { rows.last().map_or(upto, |(seq, _)| *seq) };
+                        (rows.iter().map(|(seq, event)| enduring_frame(*seq, event)).collect(), next)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a stream could not read the journal; closing it");
+                        return;
+                    }
+                },
+            };
+            for frame in frames {
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            cursor = next;
+        }
+        tokio::select! {
+            changed = head.changed() => if changed.is_err() { return },
+            () = sink.closed() => return,
+        }
+    }
+}

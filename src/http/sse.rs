@@ -1,0 +1,144 @@
+//! Server-Sent Events plumbing shared by the journal and inbox streams (spec §6): the response
+//! headers, `retry:` first, `: ping` heartbeats, the `--max-streams` cap, and an end on shutdown
+//! or disconnect. Each stream is a task feeding a small channel that the response body drains,
+//! so a slow client only ever slows its own task.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use crate::error::ApiError;
+
+/// The reconnect delay browsers should use, sent first on every stream.
+const RETRY: &[u8] = b"retry: 3000\n\n";
+/// A comment: keeps proxies from timing the connection out, and carries no `id:`.
+const PING: &[u8] = b": ping\n\n";
+/// Frames queued between a stream's task and its socket.
+const BUFFER: usize = 16;
+/// Rows read from the database per batch by a stream that is behind.
+pub const BATCH: usize = 256;
+
+/// Where a stream resumes: the `Last-Event-ID` header, else `?after=N`; `None` when neither is
+/// given.
+pub fn cursor(headers: &HeaderMap, after: Option<u64>) -> Result<Option<i64>, ApiError> {
+    let header = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("!").trim()).filter(|v| !v.is_empty());
+    let raw = match header {
+        Some(text) => Some(
+            text.parse::<u64>()
+                .map_err(|_| ApiError::InvalidParameter("Last-Event-ID must be a journal seq".into()))?,
+        ),
+        None => after,
+    };
+    raw.map(|n| i64::try_from(n).map_err(|_| ApiError::InvalidParameter("the cursor is out of range".into())))
+        .transpose()
+}
+
+/// Whether the client asked for a stream rather than a JSON page.
+pub fn wants_stream(headers: &HeaderMap) -> bool {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"))
+}
+
+/// The client went away or the server is shutting down.
+#[derive(Debug)]
+pub struct Closed;
+
+/// A stream's outlet.
+pub struct Sink {
+    tx: mpsc::Sender<Bytes>,
+    done: CancellationToken,
+}
+
+impl Sink {
+    /// Queues one frame; waits while the socket is full (the stall guard bounds that wait).
+    pub async fn send(&self, frame: Bytes) -> Result<(), Closed> {
+        tokio::select! {
+            sent = self.tx.send(frame) => sent.map_err(|_| Closed),
+            () = self.done.cancelled() => Err(Closed),
+        }
+    }
+
+    /// Resolves when the stream should end.
+    pub async fn closed(&self) {
+        tokio::select! {
+            () = self.tx.closed() => {}
+            () = self.done.cancelled() => {}
+        }
+    }
+}
+
+/// Opens a stream: takes one of the `--max-streams` slots (else `503 gate_capacity`), then runs
+/// `produce` with the stream's sink until it returns, the client goes, or the server shuts down.
+pub fn open<F, Fut>(state: &AppState, produce: F) -> Result<Response, ApiError>
+where
+    F: FnOnce(Sink) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let permit = state
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::GateCapacity("the server holds its maximum number of open streams"))?;
+    let (tx, rx) = mpsc::channel(BUFFER);
+    tx.try_send(Bytes::from_static(RETRY)).expect("a new channel has room");
+    // Ending either task (shutdown, disconnect, or the producer finishing) ends both, which drops
+    // the last sender and so ends the response body.
+    let done = state.shutdown.child_token();
+
+    let beat = Sink { tx: tx.clone(), done: done.clone() };
+    let every = state.limits.heartbeat;
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => if beat.send(Bytes::from_static(PING)).await.is_err() { break },
+                () = beat.closed() => break,
+            }
+        }
+        beat.done.cancel();
+    });
+
+    let work = produce(Sink { tx, done: done.clone() });
+    tokio::spawn(async move {
+        let _slot = permit;
+        tokio::select! {
+            () = work => {}
+            () = done.cancelled() => {}
+        }
+        done.cancel();
+    });
+
+    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<_, Infallible>));
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn the_header_wins_over_the_query() {
+        assert_eq!(cursor(&headers(&[("last-event-id", "41")]), Some(7)).unwrap(), Some(41));
+        assert_eq!(cursor(&headers(&[]), Some(7)).unwrap(), Some(7));
+        assert_eq!(cursor(&headers(&[]), None).unwrap(), None);
+        assert_eq!(cursor(&headers(&[("last-event-id", "")]), Some(7)).unwrap(), Some(7));
+        assert!(cursor(&headers(&[("last-event-id", "abc")]), None).is_err());
+        assert!(cursor(&headers(&[]), Some(u64::MAX)).is_err());
+    }
+}
