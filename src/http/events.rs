@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
+use tokio::sync::watch;
 
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
@@ -42,8 +43,7 @@ async fn session_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::cursor(&headers, p.after)?;
-    let stream_state = state.clone();
-    sse::open(&state, move |sink| follow(stream_state, Some(session_id), cursor, sink))
+    start(state, Some(session_id), cursor)
 }
 
 async fn all_events(
@@ -52,17 +52,30 @@ async fn all_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::cursor(&headers, p.after)?;
-    let stream_state = state.clone();
-    sse::open(&state, move |sink| follow(stream_state, p.session_id, cursor, sink))
+    start(state, p.session_id, cursor)
 }
 
-/// Replays what the client missed, then follows the journal live. The head is subscribed to
-/// before anything is read, so a commit in between is never lost; the cursor only moves forward,
-/// so no seq is sent twice.
-async fn follow(state: AppState, session: Option<SessionId>, requested: Option<i64>, sink: Sink) {
+/// Subscribes to the head before the response exists, so "live from now" means from the moment
+/// the request was accepted, and nothing committed after it can be missed.
+fn start(state: AppState, session: Option<SessionId>, cursor: Option<i64>) -> Result<Response, ApiError> {
+    let mut head = state.store.bus().head();
+    let now = *head.borrow_and_update();
+    let stream_state = state.clone();
+    sse::open(&state, move |sink| follow(stream_state, session, head, now, cursor, sink))
+}
+
+/// Replays what the client missed, then follows the journal live. The head was subscribed to
+/// before anything was read, so a commit in between is never lost; the cursor only moves
+/// forward, so no seq is sent twice.
+async fn follow(
+    state: AppState,
+    session: Option<SessionId>,
+    mut head: watch::Receiver<i64>,
+    start: i64,
+    requested: Option<i64>,
+    sink: Sink,
+) {
     let bus = state.store.bus();
-    let mut head = bus.head();
-    let start = *head.borrow_and_update();
     let mut cursor = match requested {
         Some(n) if n > start => {
             // The client knows of events this journal never had: it must re-snapshot.

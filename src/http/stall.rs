@@ -3,6 +3,10 @@
 //! polling a response body while the socket is full, so only the socket itself can notice. This
 //! listener wraps every accepted stream so that a write pending for longer than the stall limit
 //! fails, which makes hyper drop the connection; the client then resumes from its cursor.
+//!
+//! The kernel send buffer of each connection is also bounded: Linux autotunes it up to 4 MiB,
+//! which would let one stalled client pin that much memory and would delay the stall by as much
+//! data. 256 KiB still leaves room for the largest responses to flow at full speed.
 
 use std::io;
 use std::pin::Pin;
@@ -12,6 +16,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
+
+/// The kernel send buffer asked for on every accepted connection.
+const SEND_BUFFER: usize = 256 * 1024;
 
 /// A `TcpListener` whose connections fail writes that stall.
 pub struct StallGuardListener {
@@ -34,6 +41,9 @@ impl axum::serve::Listener for StallGuardListener {
         // Frames are small and must not wait for more data to fill a segment.
         if let Err(e) = io.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+        if let Err(e) = socket2::SockRef::from(&io).set_send_buffer_size(SEND_BUFFER) {
+            tracing::debug!(error = %e, "could not bound the send buffer");
         }
         (StallGuard { io, stall: self.stall, pending_since: None }, addr)
     }

@@ -1,11 +1,12 @@
 //! The commit barrier (spec §13): with the writer paused just before COMMIT, nothing the answer
-//! produces is observable; after release, everything is, at the seq the 202 names.
+//! produces is observable (no 202, no wake-up, no inbox row, no SSE frame); after release,
+//! everything is, at the seq the 202 names.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use crate::helpers::{NET_TIMEOUT, TestApp, ask, bounded, gate_id, uuid};
+use crate::helpers::{EventStream, NET_TIMEOUT, TestApp, ask, bounded, gate_id, uuid};
 
 /// Pauses the writer before COMMIT while armed, until released.
 struct Barrier {
@@ -49,6 +50,9 @@ async fn nothing_is_observable_before_commit() {
         tokio::spawn(async move { client.get(&path).await })
     };
 
+    let mut stream = EventStream::connect(&app, &format!("/v1/sessions/{session}/events"), &[]).await;
+    assert!(stream.next().await.retry.is_some());
+
     barrier.armed.store(true, Ordering::SeqCst);
     let answering = {
         let client = app.client.clone();
@@ -64,7 +68,10 @@ async fn nothing_is_observable_before_commit() {
     assert_eq!(app.view(&session, &gate).await["state"], "open");
     assert!(app.inbox(&session, &loop_id).await.is_empty());
     assert_eq!(app.journal().await.len(), head_before);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    match stream.next_within(Duration::from_millis(300)).await {
+        Err(_elapsed) => {}
+        Ok(frame) => panic!("no frame before commit, got {frame:?}"),
+    }
     assert!(!waiter.is_finished(), "no waiter wakes before commit");
     assert!(!inbox_poll.is_finished(), "no inbox delivery before commit");
     assert!(!answering.is_finished(), "no 202 before commit");
@@ -78,4 +85,7 @@ async fn nothing_is_observable_before_commit() {
     assert_eq!(page["commands"][0]["command"]["answer"], "after the barrier");
     let journal = app.journal().await;
     assert_eq!(journal.last().unwrap()["journal_seq"], accepted["journal_seq"]);
+    let (seq, event) = stream.next_enduring().await;
+    assert_eq!(event["type"], "GateResolved");
+    assert_eq!(seq, accepted["journal_seq"].as_i64().unwrap(), "the frame's id is the 202's journal_seq");
 }

@@ -60,7 +60,9 @@ pub fn documented_operations() -> BTreeSet<(String, String)> {
 /// - the media type is one it documents;
 /// - a JSON body validates against the documented schema.
 ///
-/// A query string in `path` is ignored.
+/// Other documented media types are accepted without looking at the body: a `text/event-stream`
+/// never ends, so a test passes in whatever part of it it read, and its frames are the test's own
+/// business. A query string in `path` is ignored.
 ///
 /// Unknown routes (JSON 404 `not_found`) and wrong methods (JSON 405 `method_not_allowed`) are
 /// documented once, in the top-level description, not per path. They are therefore accepted only
@@ -123,7 +125,7 @@ pub fn check_response(method: &str, path: &str, status: u16, content_type: Optio
             content.keys().collect::<Vec<_>>()
         );
     };
-    if !expect_body || !is_json(media_key) || media.get("schema").is_none() {
+    if !expect_body || is_event_stream(media_key) || !is_json(media_key) || media.get("schema").is_none() {
         return;
     }
     let instance: Value = serde_json::from_slice(body)
@@ -453,6 +455,10 @@ fn is_json(media_type: &str) -> bool {
     media_type == "application/json" || media_type.ends_with("+json")
 }
 
+fn is_event_stream(media_type: &str) -> bool {
+    media_type.eq_ignore_ascii_case("text/event-stream")
+}
+
 /// Escapes one JSON Pointer token (RFC 6901), such as a path template or a media type.
 fn escape_pointer(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
@@ -479,4 +485,38 @@ fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_response;
+
+    const SESSION: &str = "01234567-89ab-4cde-8f01-23456789abcd";
+    const LOOP: &str = "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff";
+
+    #[test]
+    fn an_event_stream_is_accepted_where_it_is_documented() {
+        // A partial stream: only the media type is checked, never the body.
+        let partial = b"retry: 3000\n\nevent: enduring\nid: 4";
+        check_response(
+            "GET",
+            &format!("/v1/sessions/{SESSION}/events?after=3"),
+            200,
+            Some("text/event-stream"),
+            partial,
+        );
+        check_response("GET", "/v1/events", 200, Some("text/event-stream; charset=utf-8"), b"");
+        let inbox = format!("/v1/sessions/{SESSION}/loops/{LOOP}/commands");
+        check_response("GET", &inbox, 200, Some("text/event-stream"), b"retry: 3000\n\n");
+        // The same operation's JSON form is still validated.
+        check_response("GET", &inbox, 200, Some("application/json"), br#"{"commands":[],"next_after":0}"#);
+    }
+
+    #[test]
+    fn an_event_stream_is_refused_where_it_is_not_documented() {
+        let refused = std::panic::catch_unwind(|| {
+            check_response("GET", "/v1/journal", 200, Some("text/event-stream"), b"retry: 3000\n\n");
+        });
+        assert!(refused.is_err(), "journal pages are JSON only");
+    }
 }

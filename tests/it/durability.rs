@@ -4,7 +4,9 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use crate::helpers::{ServerProcess, ask, bounded, gate_id, uuid};
+use futures_util::future::join_all;
+
+use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, ask, bounded, gate_id, uuid};
 
 #[tokio::test]
 async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
@@ -63,7 +65,7 @@ async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
 }
 
 #[tokio::test]
-async fn sigterm_ends_long_polls_and_closes_the_database_cleanly() {
+async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("gatehouse.db");
     let (session, loop_id) = (uuid(), uuid());
@@ -80,9 +82,22 @@ async fn sigterm_ends_long_polls_and_closes_the_database_cleanly() {
         let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
         tokio::spawn(async move { client.get(&path).await })
     };
+    // A hundred open streams: journal streams and inbox streams.
+    let inbox = format!("/v1/sessions/{session}/loops/{loop_id}/commands");
+    let mut streams = join_all((0..100).map(|i| {
+        let path = if i % 2 == 0 { "/v1/events?after=0" } else { inbox.as_str() };
+        EventStream::connect(&server.client, path, &[])
+    }))
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let code = tokio::task::spawn_blocking(move || server.terminate(Duration::from_secs(5))).await.unwrap();
     assert_eq!(code, Some(0), "a clean exit within 5 s of SIGTERM");
+    for stream in &mut streams {
+        // Whatever was buffered, then the end of the body.
+        while let Some(frame) = stream.next_within(NET_TIMEOUT).await.expect("the stream ends") {
+            assert!(frame.event.as_deref() != Some("reset"), "{frame:?}");
+        }
+    }
     // Long-polls were answered (still open, nothing queued), not cut off.
     assert_eq!(bounded("wait", wait).await.unwrap().expect(200).json()["state"], "open");
     assert!(bounded("poll", poll).await.unwrap().expect(200).json()["commands"].as_array().unwrap().is_empty());

@@ -317,3 +317,135 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// One Server-Sent Events frame as a client parses it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SseFrame {
+    pub event: Option<String>,
+    pub id: Option<String>,
+    pub data: Option<String>,
+    pub retry: Option<String>,
+    pub comment: Option<String>,
+}
+
+impl SseFrame {
+    /// The seq and event of an `event: enduring` frame.
+    pub fn enduring(&self) -> Option<(i64, Value)> {
+        if self.event.as_deref() != Some("enduring") {
+            return None;
+        }
+        let seq = self.id.as_deref()?.parse().ok()?;
+        let data: Value = serde_json::from_str(self.data.as_deref()?).ok()?;
+        assert_eq!(data["v"], 1, "enduring payloads carry v: 1");
+        Some((seq, data["event"].clone()))
+    }
+
+    /// Parses the lines of one frame (the text between blank lines).
+    pub fn parse(text: &str) -> Self {
+        let mut frame = Self::default();
+        for line in text.lines() {
+            if let Some(comment) = line.strip_prefix(':') {
+                frame.comment = Some(comment.trim_start().to_owned());
+                continue;
+            }
+            let (field, value) =
+                line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+            let slot = match field {
+                "event" => &mut frame.event,
+                "id" => &mut frame.id,
+                "data" => &mut frame.data,
+                "retry" => &mut frame.retry,
+                other => panic!("unexpected SSE field {other:?} in {text:?}"),
+            };
+            assert!(slot.is_none(), "field {field} twice in one frame: {text:?}");
+            *slot = Some(value.to_owned());
+        }
+        frame
+    }
+}
+
+/// Splits complete frames off the front of a byte buffer.
+pub fn take_frames(buf: &mut Vec<u8>) -> Vec<SseFrame> {
+    let mut frames = Vec::new();
+    while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+        let text = String::from_utf8(buf[..end].to_vec()).expect("SSE is UTF-8");
+        buf.drain(..end + 2);
+        frames.push(SseFrame::parse(&text));
+    }
+    frames
+}
+
+/// A client reading one event stream.
+pub struct EventStream {
+    pub headers: reqwest::header::HeaderMap,
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: Vec<u8>,
+    ready: std::collections::VecDeque<SseFrame>,
+}
+
+impl EventStream {
+    /// Connects and checks that a stream (not an error) came back.
+    pub async fn connect(client: &Client, path: &str, headers: &[(&str, &str)]) -> Self {
+        let mut req = client.http.get(format!("{}{path}", client.base)).header("accept", "text/event-stream");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let resp = bounded("stream connect", req.send()).await.expect("stream connect");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        if status != 200 {
+            let body = bounded("error body", resp.text()).await.unwrap_or_default();
+            panic!("stream {path}: {status}: {body}");
+        }
+        assert_eq!(headers["content-type"], "text/event-stream");
+        Self { headers, body: Box::pin(resp.bytes_stream()), buf: Vec::new(), ready: Default::default() }
+    }
+
+    /// The next frame within `limit`: `Ok(None)` at the end of the stream, `Err` on a timeout.
+    pub async fn next_within(&mut self, limit: Duration) -> Result<Option<SseFrame>, tokio::time::error::Elapsed> {
+        use futures_util::StreamExt;
+        tokio::time::timeout(limit, async {
+            loop {
+                if let Some(frame) = self.ready.pop_front() {
+                    return Some(frame);
+                }
+                match self.body.next().await {
+                    Some(Ok(chunk)) => {
+                        self.buf.extend_from_slice(&chunk);
+                        self.ready.extend(take_frames(&mut self.buf));
+                    }
+                    Some(Err(_)) | None => return None,
+                }
+            }
+        })
+        .await
+    }
+
+    /// The next frame (bounded); panics at the end of the stream.
+    pub async fn next(&mut self) -> SseFrame {
+        self.next_within(NET_TIMEOUT).await.expect("a frame in time").expect("the stream is still open")
+    }
+
+    /// The next enduring frame, skipping `retry:` and pings.
+    pub async fn next_enduring(&mut self) -> (i64, Value) {
+        loop {
+            let frame = self.next().await;
+            if let Some(enduring) = frame.enduring() {
+                return enduring;
+            }
+            assert!(frame.comment.is_some() || frame.retry.is_some(), "unexpected frame {frame:?}");
+        }
+    }
+
+    /// Enduring frames until (and including) seq `last`.
+    pub async fn enduring_until(&mut self, last: i64) -> Vec<(i64, Value)> {
+        let mut got = Vec::new();
+        loop {
+            let (seq, event) = self.next_enduring().await;
+            got.push((seq, event));
+            if seq >= last {
+                return got;
+            }
+        }
+    }
+}

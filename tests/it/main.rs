@@ -10,3 +10,4 @@ mod gates;
 mod helpers;
 mod inbox;
 mod readme;
+mod streams;
