@@ -61,12 +61,7 @@ async fn list_commands(
     QueryParams(p): QueryParams<InboxParams>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if sse::wants_stream(&headers) {
-        // Never "live from now": a loop that reconnects without a cursor gets every unacked row.
-        let cursor = sse::cursor(&headers, p.after)?.unwrap_or(0);
-        let stream_state = state.clone();
-        return sse::open(&state, move |sink| stream_commands(stream_state, session_id, loop_id, cursor, sink));
-    }
+    // Both forms check every parameter, even those only the page uses.
     let after =
         i64::try_from(p.after.unwrap_or(0)).map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
     let limit = limit(p.limit)?;
@@ -75,6 +70,12 @@ async fn list_commands(
         return Err(ApiError::InvalidParameter(format!("wait must be 0..={MAX_WAIT_SECONDS} seconds")));
     }
     let include_acked = p.include_acked.unwrap_or(false);
+    if sse::wants_stream(&headers) {
+        // Never "live from now": a loop that reconnects without a cursor gets every unacked row.
+        let cursor = sse::cursor(&headers, p.after)?.unwrap_or(0);
+        let stream_state = state.clone();
+        return sse::open(&state, move |sink| stream_commands(stream_state, session_id, loop_id, cursor, sink));
+    }
     // Register interest before reading, so a command committed in between still wakes us.
     let mut interest = state.store.bus().watch_inbox(session_id, loop_id);
     let started = Instant::now();

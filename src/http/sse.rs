@@ -41,9 +41,22 @@ pub fn cursor(headers: &HeaderMap, after: Option<u64>) -> Result<Option<i64>, Ap
         .transpose()
 }
 
-/// Whether the client asked for a stream rather than a JSON page.
+/// Whether the client accepts a stream (`text/event-stream` listed without `q=0`) rather than a
+/// JSON page.
 pub fn wants_stream(headers: &HeaderMap) -> bool {
-    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"))
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let is_stream = parts.next().is_some_and(|media| media.eq_ignore_ascii_case("text/event-stream"));
+        let refused = parts.any(|param| {
+            param
+                .split_once('=')
+                .is_some_and(|(k, v)| k.trim().eq_ignore_ascii_case("q") && v.trim().parse() == Ok(0.0))
+        });
+        is_stream && !refused
+    })
 }
 
 /// The client went away or the server is shutting down.
@@ -130,6 +143,15 @@ mod tests {
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn accept_negotiation() {
+        assert!(wants_stream(&headers(&[("accept", "text/event-stream")])));
+        assert!(wants_stream(&headers(&[("accept", "application/json;q=0.5, Text/Event-Stream")])));
+        assert!(!wants_stream(&headers(&[("accept", "application/json, text/event-stream;q=0")])));
+        assert!(!wants_stream(&headers(&[("accept", "*/*")])));
+        assert!(!wants_stream(&headers(&[])));
     }
 
     #[test]
