@@ -37,8 +37,8 @@ pub struct ServeArgs {
 
     /// `full`: an acknowledged answer survives power loss. `normal`: faster, but the last commits
     /// may roll back after power loss or an OS crash (a process crash alone loses nothing).
-    #[arg(long, env = "GATEHOUSE_SYNC", value_enum, default_value_t = Durability::Full)]
-    pub sync: Durability,
+    #[arg(long, env = "GATEHOUSE_SYNC", value_enum, default_value_t = SyncMode::Full)]
+    pub sync: SyncMode,
 
     /// Largest accepted request body: bytes, or with a KiB/MiB suffix.
     #[arg(long, env = "GATEHOUSE_MAX_BODY", default_value = "1MiB", value_parser = parse_size)]
@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// Most streams open at once; more get `503 gate_capacity`.
     #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000)]
     pub max_streams: usize,
+
+    /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
+    /// the writer before every transaction.
+    #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
+    pub fault_file: Option<PathBuf>,
 
     /// Test hooks; never set from the command line.
     #[arg(skip)]
@@ -84,6 +89,22 @@ impl ServeArgs {
         serve.db = db.into();
         serve.bind = bind;
         serve.clone()
+    }
+}
+
+/// `--sync`: how hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SyncMode {
+    Full,
+    Normal,
+}
+
+impl From<SyncMode> for Durability {
+    fn from(mode: SyncMode) -> Self {
+        match mode {
+            SyncMode::Full => Durability::Full,
+            SyncMode::Normal => Durability::Normal,
+        }
     }
 }
 

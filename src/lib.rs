@@ -12,6 +12,7 @@ pub mod http;
 pub mod store;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -31,19 +32,40 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Runs the server on `listener` until `shutdown` resolves, then drains: streams and long-polls
-/// end, in-flight requests finish, the writer commits what is queued, and the database is
-/// checkpointed and closed.
+/// How long shutdown waits for in-flight requests (a client still sending its body, say) before
+/// closing their connections anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// Opens the store for `args`: takes the database lock, migrates, starts the writer. Call it
+/// before binding, so a second server on the same database is refused for the right reason.
+pub fn open_store(args: &ServeArgs) -> Result<Store, OpenError> {
+    Store::open(StoreConfig {
+        path: args.db.clone(),
+        durability: args.sync.into(),
+        before_commit: args.hooks.before_commit.clone(),
+        fault_file: args.fault_file.clone(),
+    })
+}
+
+/// Opens the store and runs the server on `listener` until `shutdown` resolves (see `run`).
 pub async fn serve(
     args: ServeArgs,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = Store::open(StoreConfig {
-        path: args.db.clone(),
-        durability: args.sync,
-        before_commit: args.hooks.before_commit.clone(),
-    })?;
+    let store = open_store(&args)?;
+    run(args, store, listener, shutdown).await
+}
+
+/// Runs the server until `shutdown` resolves, then drains: streams and long-polls end,
+/// in-flight requests get a short grace, the writer commits what is queued, and the database is
+/// checkpointed and closed.
+pub async fn run(
+    args: ServeArgs,
+    store: Store,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let token = CancellationToken::new();
     let state = AppState {
         store: store.clone(),
@@ -61,7 +83,18 @@ pub async fn serve(
         signal.cancel();
     });
     let listener = StallGuardListener::new(listener, args.stream_stall);
-    let served = axum::serve(listener, router(state)).with_graceful_shutdown(token.clone().cancelled_owned()).await;
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(token.clone().cancelled_owned());
+    let grace = async {
+        token.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let served = tokio::select! {
+        served = server => served,
+        () = grace => {
+            tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
+            Ok(())
+        }
+    };
     // Whatever ended the server, the writer still drains and the database closes cleanly.
     token.cancel();
     store.shutdown().await;

@@ -35,14 +35,24 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => runtime.block_on(async {
+            // The database first: a second server on the same file is refused for that reason,
+            // not for the port it would also share.
+            let store = match gatehouse::open_store(&args) {
+                Ok(store) => store,
+                Err(e) => {
+                    eprintln!("gatehouse: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let listener = match tokio::net::TcpListener::bind(args.bind).await {
                 Ok(listener) => listener,
                 Err(e) => {
                     eprintln!("gatehouse: cannot listen on {}: {e}", args.bind);
+                    store.shutdown().await;
                     return ExitCode::FAILURE;
                 }
             };
-            match gatehouse::serve(args, listener, shutdown_signal()).await {
+            match gatehouse::run(args, store, listener, shutdown_signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("gatehouse: {e}");

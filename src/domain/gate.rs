@@ -2,6 +2,7 @@
 //! (spec §5.1).
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::fields::{FieldCode, FieldError, check_text};
 use super::ids::{GateId, IdError, LoopId, StepId, ToolExecutionId, TurnId};
@@ -16,6 +17,8 @@ pub const MAX_QUESTION_BYTES: usize = 4096;
 pub const MAX_TITLE_BYTES: usize = 256;
 pub const MAX_CHOICES: usize = 64;
 pub const MAX_CHOICE_BYTES: usize = 256;
+/// The longest timeout a policy may ask for (7 days, in nanoseconds).
+pub const MAX_TIMEOUT_NANOS: i64 = 7 * 24 * 3600 * 1_000_000_000;
 
 /// The public, durable description of one question. Field order is the harness's declaration
 /// order, which its byte-exact fixtures rely on.
@@ -118,42 +121,43 @@ impl Gate {
     }
 }
 
-/// The body of `POST /v1/sessions/{sid}/gates`. Every member is optional at this stage so that a
-/// missing one is reported as a field problem rather than a decoding error.
+/// The body of `POST /v1/sessions/{sid}/gates`. Members are loose JSON at this stage so that a
+/// missing or mistyped one is reported as a field problem (with its path) rather than a bare
+/// decoding error; unknown members are still refused by the decoder.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenGateIn {
     #[serde(default)]
-    pub kind: Option<String>,
+    pub kind: Option<Value>,
     #[serde(default)]
-    pub loop_id: Option<String>,
+    pub loop_id: Option<Value>,
     #[serde(default)]
-    pub tool_execution_id: Option<String>,
+    pub tool_execution_id: Option<Value>,
     #[serde(default)]
-    pub turn_id: Option<String>,
+    pub turn_id: Option<Value>,
     #[serde(default)]
-    pub step_id: Option<String>,
+    pub step_id: Option<Value>,
     #[serde(default)]
-    pub question: Option<String>,
+    pub question: Option<Value>,
     #[serde(default)]
-    pub choices: Option<Vec<String>>,
+    pub choices: Option<Value>,
     #[serde(default)]
-    pub allow_other: Option<bool>,
+    pub allow_other: Option<Value>,
     #[serde(default)]
-    pub title: Option<String>,
+    pub title: Option<Value>,
     #[serde(default)]
-    pub response_policy: Option<ResponsePolicyIn>,
+    pub response_policy: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResponsePolicyIn {
+struct ResponsePolicyIn {
     #[serde(default)]
-    pub timeout: Option<i64>,
+    timeout: Option<i64>,
     #[serde(default)]
-    pub on_timeout: Option<String>,
+    on_timeout: Option<String>,
     #[serde(default)]
-    pub response: Option<serde_json::Value>,
+    response: Option<Value>,
 }
 
 /// Why an open request was refused.
@@ -174,7 +178,9 @@ pub struct AskUser {
     pub content: AskContent,
 }
 
-/// Everything a re-ask must repeat exactly (spec §5.1), after defaults are applied.
+/// Everything a re-ask must repeat exactly (spec §5.1), after defaults are applied. Its canonical
+/// text is stored with the gate, so a member added later must be skipped while at its default,
+/// or every stored gate would stop matching its own re-ask.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AskContent {
     pub question: String,
@@ -196,44 +202,51 @@ impl AskContent {
 impl OpenGateIn {
     /// Checks every member and applies defaults, reporting all field problems at once.
     pub fn validate(self) -> Result<AskUser, OpenRejection> {
-        if let Some(kind) = self.kind.filter(|k| k != ASK_USER) {
-            return Err(OpenRejection::KindMismatch(kind));
-        }
         let mut problems = Vec::new();
-        let loop_id = required_id(&mut problems, "/loop_id", self.loop_id, LoopId::parse);
+        let p = &mut problems;
+        // `null` means absent, as the harness omits empty members.
+        let present = |v: Option<Value>| v.filter(|v| !v.is_null());
+        if let Some(kind) = present(self.kind) {
+            match kind.as_str() {
+                Some(ASK_USER) => {}
+                Some(other) => return Err(OpenRejection::KindMismatch(other.to_owned())),
+                None => p.push(type_error("/kind", "a string")),
+            }
+        }
+        let loop_id = id(p, "/loop_id", present(self.loop_id), true, LoopId::parse);
         let tool_execution_id =
-            required_id(&mut problems, "/tool_execution_id", self.tool_execution_id, ToolExecutionId::parse);
-        let turn_id = optional_id(&mut problems, "/turn_id", self.turn_id, TurnId::parse);
-        let step_id = optional_id(&mut problems, "/step_id", self.step_id, StepId::parse);
+            id(p, "/tool_execution_id", present(self.tool_execution_id), true, ToolExecutionId::parse);
+        let turn_id = id(p, "/turn_id", present(self.turn_id), false, TurnId::parse);
+        let step_id = id(p, "/step_id", present(self.step_id), false, StepId::parse);
 
-        let question = match self.question {
+        let question = match present(self.question) {
             None => {
-                problems.push(FieldError::new("/question", FieldCode::Required, "a question is required"));
+                p.push(FieldError::new("/question", FieldCode::Required, "a question is required"));
                 String::new()
             }
-            Some(q) => {
-                problems.extend(check_text("/question", &q, MAX_QUESTION_BYTES));
-                q
-            }
+            Some(q) => text(p, "/question", q, MAX_QUESTION_BYTES),
         };
-        let title = match self.title {
+        let title = match present(self.title) {
             None => DEFAULT_TITLE.to_owned(),
-            Some(t) => {
-                problems.extend(check_text("/title", &t, MAX_TITLE_BYTES));
-                t
+            Some(t) => text(p, "/title", t, MAX_TITLE_BYTES),
+        };
+        let choices = present(self.choices).map(|c| check_choices(p, c)).unwrap_or_default();
+        let allow_other = match present(self.allow_other) {
+            None => false,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                p.push(type_error("/allow_other", "a boolean"));
+                false
             }
         };
-        let choices = self.choices.unwrap_or_default();
-        check_choices(&mut problems, &choices);
-        let allow_other = self.allow_other.unwrap_or(false);
         if allow_other && choices.is_empty() {
-            problems.push(FieldError::new(
+            p.push(FieldError::new(
                 "/allow_other",
                 FieldCode::OutOfRange,
                 "allow_other is only meaningful together with choices",
             ));
         }
-        let response_policy = self.response_policy.and_then(|p| check_policy(&mut problems, p));
+        let response_policy = present(self.response_policy).and_then(|v| check_policy(p, v));
 
         if !problems.is_empty() {
             return Err(OpenRejection::Fields(problems));
@@ -246,41 +259,67 @@ impl OpenGateIn {
     }
 }
 
-fn required_id<T>(
+fn type_error(path: &str, expected: &str) -> FieldError {
+    FieldError::new(path, FieldCode::Type, format!("must be {expected}"))
+}
+
+/// A UUID member; `None` (with a problem recorded if it was required or malformed) otherwise.
+fn id<T>(
     problems: &mut Vec<FieldError>,
     path: &str,
-    raw: Option<String>,
+    raw: Option<Value>,
+    required: bool,
     parse: fn(&str) -> Result<T, IdError>,
 ) -> Option<T> {
     match raw {
-        None => {
+        None if required => {
             problems.push(FieldError::new(path, FieldCode::Required, "a UUID is required"));
             None
         }
-        some => optional_id(problems, path, some, parse),
+        None => None,
+        Some(Value::String(s)) => {
+            parse(&s).map_err(|e| problems.push(FieldError::new(path, FieldCode::Type, e.to_string()))).ok()
+        }
+        Some(_) => {
+            problems.push(type_error(path, "a UUID string"));
+            None
+        }
     }
 }
 
-fn optional_id<T>(
-    problems: &mut Vec<FieldError>,
-    path: &str,
-    raw: Option<String>,
-    parse: fn(&str) -> Result<T, IdError>,
-) -> Option<T> {
-    let raw = raw?;
-    parse(&raw).map_err(|e| problems.push(FieldError::new(path, FieldCode::Type, e.to_string()))).ok()
+/// A bounded, non-blank text member.
+fn text(problems: &mut Vec<FieldError>, path: &str, raw: Value, max_bytes: usize) -> String {
+    match raw {
+        Value::String(s) => {
+            problems.extend(check_text(path, &s, max_bytes));
+            s
+        }
+        _ => {
+            problems.push(type_error(path, "a string"));
+            String::new()
+        }
+    }
 }
 
-fn check_choices(problems: &mut Vec<FieldError>, choices: &[String]) {
-    if choices.len() > MAX_CHOICES {
+fn check_choices(problems: &mut Vec<FieldError>, raw: Value) -> Vec<String> {
+    let Value::Array(items) = raw else {
+        problems.push(type_error("/choices", "an array of strings"));
+        return Vec::new();
+    };
+    if items.is_empty() || items.len() > MAX_CHOICES {
         problems.push(FieldError::new(
             "/choices",
             FieldCode::OutOfRange,
-            format!("at most {MAX_CHOICES} choices (got {})", choices.len()),
+            format!("1 to {MAX_CHOICES} choices, or none at all (got {})", items.len()),
         ));
     }
-    for (i, choice) in choices.iter().enumerate() {
+    let mut choices: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
         let path = format!("/choices/{i}");
+        let Value::String(choice) = item else {
+            problems.push(type_error(&path, "a string"));
+            continue;
+        };
         if choice.is_empty() {
             problems.push(FieldError::new(path, FieldCode::Empty, "a choice must not be empty"));
         } else if choice.len() > MAX_CHOICE_BYTES {
@@ -289,20 +328,30 @@ fn check_choices(problems: &mut Vec<FieldError>, choices: &[String]) {
                 FieldCode::TooLong,
                 format!("a choice must be at most {MAX_CHOICE_BYTES} bytes"),
             ));
-        } else if choices[..i].contains(choice) {
+        } else if choices.contains(&choice) {
             problems.push(FieldError::new(path, FieldCode::Duplicate, "choices must be distinct"));
         }
+        choices.push(choice);
     }
+    choices
 }
 
-/// Normalises a policy: an empty one is no policy; `on_timeout` defaults to `wait`.
-fn check_policy(problems: &mut Vec<FieldError>, policy: ResponsePolicyIn) -> Option<ResponsePolicy> {
+/// Normalises a policy: without a timeout it is no policy (`wait` is the default and there is
+/// no deadline to record), so the omission rule and re-asks see the same thing either way.
+fn check_policy(problems: &mut Vec<FieldError>, raw: Value) -> Option<ResponsePolicy> {
+    let policy: ResponsePolicyIn = match serde_json::from_value(raw) {
+        Ok(policy) => policy,
+        Err(e) => {
+            problems.push(FieldError::new("/response_policy", FieldCode::Type, e.to_string()));
+            return None;
+        }
+    };
     let before = problems.len();
-    if let Some(t) = policy.timeout.filter(|t| *t <= 0) {
+    if let Some(t) = policy.timeout.filter(|t| !(1..=MAX_TIMEOUT_NANOS).contains(t)) {
         problems.push(FieldError::new(
             "/response_policy/timeout",
             FieldCode::OutOfRange,
-            format!("timeout is in nanoseconds and must be positive (got {t})"),
+            format!("timeout is in nanoseconds: more than 0 and at most 7 days (got {t})"),
         ));
     }
     match policy.on_timeout.as_deref() {
@@ -326,10 +375,10 @@ fn check_policy(problems: &mut Vec<FieldError>, policy: ResponsePolicyIn) -> Opt
             "response is only allowed with on_timeout \"respond\"",
         ));
     }
-    if problems.len() > before || (policy.timeout.is_none() && policy.on_timeout.is_none()) {
+    if problems.len() > before {
         return None;
     }
-    Some(ResponsePolicy { timeout: policy.timeout, on_timeout: OnTimeout::Wait })
+    policy.timeout.map(|timeout| ResponsePolicy { timeout: Some(timeout), on_timeout: OnTimeout::Wait })
 }
 
 impl AskUser {
@@ -402,8 +451,8 @@ mod tests {
     #[test]
     fn every_problem_is_reported() {
         let err = body(serde_json::json!({
-            "loop_id": "nope", "question": "  ", "choices": ["a", "a", ""], "allow_other": true,
-            "response_policy": {"on_timeout": "respond", "timeout": 0}
+            "loop_id": "nope", "question": "  ", "choices": ["a", "a", "", 5], "allow_other": true,
+            "title": 7, "response_policy": {"on_timeout": "respond", "timeout": 0}
         }))
         .validate()
         .unwrap_err();
@@ -415,8 +464,10 @@ mod tests {
                 ("/loop_id", FieldCode::Type),
                 ("/tool_execution_id", FieldCode::Required),
                 ("/question", FieldCode::Blank),
+                ("/title", FieldCode::Type),
                 ("/choices/1", FieldCode::Duplicate),
                 ("/choices/2", FieldCode::Empty),
+                ("/choices/3", FieldCode::Type),
                 ("/response_policy/timeout", FieldCode::OutOfRange),
                 ("/response_policy/on_timeout", FieldCode::OutOfRange),
             ]
@@ -424,17 +475,40 @@ mod tests {
     }
 
     #[test]
-    fn empty_policy_is_no_policy_for_reasks() {
+    fn a_policy_without_timeout_is_no_policy() {
         let base = serde_json::json!({"loop_id": LOOP, "tool_execution_id": TOOL, "question": "Q"});
-        let mut with_empty = base.clone();
-        with_empty["response_policy"] = serde_json::json!({});
-        let a = body(base).validate().unwrap();
-        let b = body(with_empty).validate().unwrap();
-        assert_eq!(a.content.canonical(), b.content.canonical());
+        let plain = body(base.clone()).validate().unwrap();
+        for policy in [serde_json::json!({}), serde_json::json!({"on_timeout": "wait"}), serde_json::Value::Null] {
+            let mut with = base.clone();
+            with["response_policy"] = policy;
+            let ask = body(with).validate().unwrap();
+            assert_eq!(ask.content.canonical(), plain.content.canonical());
+            assert!(ask.gate(GateId::mint()).response_policy.is_none(), "omitted when empty");
+        }
+    }
+
+    #[test]
+    fn choices_and_timeouts_are_bounded() {
+        let base = serde_json::json!({"loop_id": LOOP, "tool_execution_id": TOOL, "question": "Q"});
+        for (member, value, path) in [
+            ("choices", serde_json::json!([]), "/choices"),
+            ("choices", serde_json::json!("a"), "/choices"),
+            ("response_policy", serde_json::json!({"timeout": MAX_TIMEOUT_NANOS + 1}), "/response_policy/timeout"),
+            ("response_policy", serde_json::json!({"timeout": "soon"}), "/response_policy"),
+        ] {
+            let mut with = base.clone();
+            with[member] = value;
+            let OpenRejection::Fields(fields) = body(with).validate().unwrap_err() else { panic!() };
+            assert_eq!(fields[0].path, path);
+        }
     }
 
     #[test]
     fn other_kinds_are_a_mismatch() {
+        let err = body(serde_json::json!({"kind": "harness.permission"})).validate().unwrap_err();
+        assert_eq!(err, OpenRejection::KindMismatch("harness.permission".into()));
+        let err = body(serde_json::json!({"kind": 5})).validate().unwrap_err();
+        assert!(matches!(err, OpenRejection::Fields(_)));
         let err = body(serde_json::json!({"kind": "harness.permission"})).validate().unwrap_err();
         assert_eq!(err, OpenRejection::KindMismatch("harness.permission".into()));
     }

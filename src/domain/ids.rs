@@ -40,10 +40,6 @@ macro_rules! uuid_id {
                 }
                 Ok(Self(id))
             }
-
-            pub fn as_uuid(&self) -> Uuid {
-                self.0
-            }
         }
 
         impl fmt::Display for $name {

@@ -7,7 +7,7 @@ use super::ids::{GateId, LoopId, SessionId};
 use super::time::Timestamp;
 
 /// A gate leaves `open` exactly once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GateState {
     Open,

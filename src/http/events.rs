@@ -11,18 +11,13 @@ use tokio::sync::watch;
 
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
-use super::{AppState, Route};
+use super::{AppState, Route, SessionPath};
 use crate::bus::enduring_frame;
 use crate::domain::SessionId;
 use crate::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![Route::get("/v1/sessions/{session_id}/events", session_events), Route::get("/v1/events", all_events)]
-}
-
-#[derive(Deserialize)]
-struct SessionPath {
-    session_id: SessionId,
 }
 
 #[derive(Deserialize)]

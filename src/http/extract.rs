@@ -91,24 +91,35 @@ async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result
     let (parts, body) = req.into_parts();
     let declared: Option<u64> =
         parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
-    match parts.headers.get(CONTENT_TYPE) {
-        Some(ct) if is_json(ct.as_bytes()) => {}
-        // No content type and nothing declared: a bodiless request (read below to be sure).
-        None if declared.unwrap_or(0) == 0 => {}
-        _ => return Err(ApiError::UnsupportedMediaType),
+    let labelled_json = match parts.headers.get(CONTENT_TYPE) {
+        Some(ct) if is_json(ct.as_bytes()) => true,
+        Some(_) => return Err(ApiError::UnsupportedMediaType),
+        None => false,
+    };
+    // An unlabelled body is refused as soon as it is known to exist (415 comes before 413).
+    if !labelled_json && declared.is_some_and(|n| n > 0) {
+        return Err(ApiError::UnsupportedMediaType);
     }
     if declared.is_some_and(|n| n > max_body as u64) {
         return Err(ApiError::PayloadTooLarge(max_body));
     }
     let bytes =
         axum::body::to_bytes(Body::new(body), max_body).await.map_err(|e| match std::error::Error::source(&e) {
-            Some(inner) if inner.is::<http_body_util::LengthLimitError>() => ApiError::PayloadTooLarge(max_body),
+            Some(inner) if inner.is::<http_body_util::LengthLimitError>() => {
+                if labelled_json {
+                    ApiError::PayloadTooLarge(max_body)
+                } else {
+                    ApiError::UnsupportedMediaType
+                }
+            }
             _ => ApiError::invalid_body(format!("could not read the request body: {e}")),
         })?;
-    if bytes.is_empty() {
-        return Ok(None);
+    match (bytes.is_empty(), labelled_json) {
+        (true, _) => Ok(None),
+        // A chunked body without a media type.
+        (false, false) => Err(ApiError::UnsupportedMediaType),
+        (false, true) => decode(&bytes).map(Some),
     }
-    decode(&bytes).map(Some)
 }
 
 /// `application/json`, case-insensitively, with any parameters (`; charset=utf-8`).

@@ -1,20 +1,18 @@
 //! Gates: open (with idempotent re-ask), read, list, wait, answer (the exactly-once path) and
 //! close (spec §5.1–§5.5).
 
-use std::time::Instant;
-
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams};
-use super::{AppState, Route, json, wait_for};
+use super::{AppState, Route, SessionPath, json, limit, wait_deadline, wait_until};
 use crate::domain::{
     Answer, AnswerIn, AnswerRejection, CloseIn, GateId, GateState, GateView, OpenGateIn, OpenRejection, SessionId,
 };
 use crate::error::ApiError;
-use crate::store::{self, AnswerOutcome, CloseOutcome, GateRecord, Keyed, ListQuery, OpenOutcome};
+use crate::store::{self, AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListQuery, OpenOutcome};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -27,11 +25,6 @@ pub(super) fn routes() -> Vec<Route> {
         Route::post("/v1/sessions/{session_id}/gates/{gate_id}", answer_gate),
         Route::post("/v1/sessions/{session_id}/gates/{gate_id}/close", close_gate),
     ]
-}
-
-#[derive(Deserialize)]
-struct SessionPath {
-    session_id: SessionId,
 }
 
 #[derive(Deserialize)]
@@ -98,25 +91,19 @@ struct WaitQuery {
     timeout: Option<u64>,
 }
 
-const MAX_WAIT_SECONDS: u64 = 60;
-
 /// Long-poll until the gate leaves `open`, the timeout passes, or the server shuts down.
 async fn wait_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
     QueryParams(WaitQuery { timeout }): QueryParams<WaitQuery>,
 ) -> Result<Response, ApiError> {
-    let timeout = timeout.unwrap_or(30);
-    if timeout > MAX_WAIT_SECONDS {
-        return Err(ApiError::InvalidParameter(format!("timeout must be 0..={MAX_WAIT_SECONDS} seconds")));
-    }
+    let deadline = wait_deadline("timeout", timeout.unwrap_or(30))?;
     // Register interest before reading, so a resolution committed in between still wakes us.
     let mut interest = state.store.bus().watch_gate(gate_id);
-    let started = Instant::now();
     loop {
         let record = find_in_session(&state, session_id, gate_id).await?;
-        let left = timeout.saturating_sub(started.elapsed().as_secs());
-        if record.view.state != GateState::Open || left == 0 || !wait_for(&state, left, interest.changed()).await {
+        if record.view.state != GateState::Open || !wait_until(&state, deadline, interest.changed()).await {
+            // Timed out (or shutting down) while open: the freshest view, whatever it is now.
             let record = if record.view.state == GateState::Open {
                 find_in_session(&state, session_id, gate_id).await?
             } else {
@@ -148,13 +135,10 @@ async fn answer_gate(
         return Err(ApiError::invalid_body("gate_id in the body must name the gate in the path"));
     }
     let record = find_in_session(&state, session_id, gate_id).await?;
-    let answer = |gate| Answer::check(gate, body.action.as_deref(), body.values.as_ref());
-
-    // Only a valid answer has a fingerprint; an invalid one cannot match the stored winner's.
-    let gate = record.gate()?;
-    let checked = answer(&gate);
-    let keyed =
-        key.map(|key| Keyed { key, fingerprint: checked.as_ref().map(Answer::fingerprint).unwrap_or_default() });
+    // Checked now, reported after the idempotency and state checks (spec §4.5 order). Only a
+    // valid answer has a fingerprint; an invalid one cannot match the stored winner's.
+    let checked = Answer::check(&record.gate()?, body.action.as_deref(), body.values.as_ref());
+    let keyed = key.map(|key| Idempotency { key, fingerprint: checked.as_ref().ok().map(Answer::fingerprint) });
     if let Some(outcome) = store::replay(&record, keyed.as_ref()) {
         return accepted_or(gate_id, outcome);
     }
@@ -207,17 +191,6 @@ struct GateListing {
     next_after: Option<String>,
 }
 
-const MAX_LIMIT: u32 = 1000;
-const DEFAULT_LIMIT: u32 = 100;
-
-/// Checks `limit` (1..=1000, default 100).
-pub(super) fn limit(limit: Option<u32>) -> Result<usize, ApiError> {
-    match limit.unwrap_or(DEFAULT_LIMIT) {
-        n @ 1..=MAX_LIMIT => Ok(n as usize),
-        _ => Err(ApiError::InvalidParameter(format!("limit must be 1..={MAX_LIMIT}"))),
-    }
-}
-
 /// Cursors are opaque to clients; inside they name the order they belong to and the last
 /// `opened_seq` returned, so a cursor of one order cannot be replayed against another.
 fn cursor(newest_first: bool, opened_seq: i64) -> String {
@@ -242,7 +215,9 @@ async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Res
                     ApiError::InvalidParameter(format!("state must be open, resolved or closed (got {s:?})"))
                 })
             })
-            .collect::<Result<_, _>>()?,
+            .collect::<Result<std::collections::BTreeSet<_>, _>>()?
+            .into_iter()
+            .collect(),
     };
     let newest_first = match p.order.as_deref() {
         None | Some("opened") => false,

@@ -6,18 +6,12 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::{Params, QueryParams};
-use super::gates::limit;
-use super::{AppState, Route, json};
+use super::{AppState, Route, SessionPath, json, limit};
 use crate::domain::SessionId;
 use crate::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![Route::get("/v1/sessions/{session_id}/journal", session_journal), Route::get("/v1/journal", global_journal)]
-}
-
-#[derive(Deserialize)]
-struct SessionPath {
-    session_id: SessionId,
 }
 
 #[derive(Deserialize)]

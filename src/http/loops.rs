@@ -1,8 +1,6 @@
 //! A loop's inbox: the durable queue of commands for one (session, loop), delivered until acked
 //! (spec §5.6).
 
-use std::time::Instant;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -10,9 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{Params, QueryParams};
-use super::gates::limit;
 use super::sse::{self, BATCH, Sink};
-use super::{AppState, Route, json, wait_for};
+use super::{AppState, Route, json, limit, wait_deadline, wait_until};
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
 use crate::error::ApiError;
 
@@ -50,8 +47,6 @@ struct InboxPage {
     next_after: i64,
 }
 
-const MAX_WAIT_SECONDS: u64 = 60;
-
 /// Unacked commands after the cursor; with `wait`, long-polls until one qualifies. Without a
 /// cursor a restarted loop gets every unacked command again: that is the redelivery. With
 /// `Accept: text/event-stream` the same rows stream as `event: command` frames.
@@ -65,10 +60,7 @@ async fn list_commands(
     let after =
         i64::try_from(p.after.unwrap_or(0)).map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
     let limit = limit(p.limit)?;
-    let wait = p.wait.unwrap_or(0);
-    if wait > MAX_WAIT_SECONDS {
-        return Err(ApiError::InvalidParameter(format!("wait must be 0..={MAX_WAIT_SECONDS} seconds")));
-    }
+    let deadline = wait_deadline("wait", p.wait.unwrap_or(0))?;
     let include_acked = p.include_acked.unwrap_or(false);
     if sse::wants_stream(&headers) {
         // Never "live from now": a loop that reconnects without a cursor gets every unacked row.
@@ -78,11 +70,9 @@ async fn list_commands(
     }
     // Register interest before reading, so a command committed in between still wakes us.
     let mut interest = state.store.bus().watch_inbox(session_id, loop_id);
-    let started = Instant::now();
     let commands = loop {
         let commands = state.store.inbox(session_id, loop_id, after, limit, include_acked).await?;
-        let left = wait.saturating_sub(started.elapsed().as_secs());
-        if !commands.is_empty() || left == 0 || !wait_for(&state, left, interest.changed()).await {
+        if !commands.is_empty() || !wait_until(&state, deadline, interest.changed()).await {
             break commands;
         }
     };

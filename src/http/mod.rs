@@ -22,6 +22,7 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
@@ -106,11 +107,35 @@ pub fn router(state: AppState) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 
-/// Waits up to `seconds` for `changed`, ending early at shutdown. `true` if `changed` fired.
-async fn wait_for(state: &AppState, seconds: u64, changed: impl Future<Output = ()>) -> bool {
+/// Path of routes under one session.
+#[derive(serde::Deserialize)]
+struct SessionPath {
+    session_id: crate::domain::SessionId,
+}
+
+/// Checks a page size: 1..=1000, default 100.
+fn limit(limit: Option<u32>) -> Result<usize, ApiError> {
+    const MAX: u32 = 1000;
+    match limit.unwrap_or(100) {
+        n @ 1..=MAX => Ok(n as usize),
+        _ => Err(ApiError::InvalidParameter(format!("limit must be 1..={MAX}"))),
+    }
+}
+
+/// When a long-poll of `seconds` (0..=60, `name` in messages) started now must answer.
+fn wait_deadline(name: &str, seconds: u64) -> Result<Instant, ApiError> {
+    const MAX_SECONDS: u64 = 60;
+    if seconds > MAX_SECONDS {
+        return Err(ApiError::InvalidParameter(format!("{name} must be 0..={MAX_SECONDS} seconds")));
+    }
+    Ok(Instant::now() + Duration::from_secs(seconds))
+}
+
+/// Waits for `changed` until `deadline`, ending early at shutdown. `true` if `changed` fired.
+async fn wait_until(state: &AppState, deadline: Instant, changed: impl Future<Output = ()>) -> bool {
     tokio::select! {
         () = changed => true,
-        () = tokio::time::sleep(Duration::from_secs(seconds)) => false,
+        () = tokio::time::sleep_until(deadline) => false,
         () = state.shutdown.cancelled() => false,
     }
 }

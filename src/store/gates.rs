@@ -29,7 +29,7 @@ pub struct GateRecord {
 impl GateRecord {
     /// The envelope, parsed (it was written by this program).
     pub fn gate(&self) -> Result<Gate, StoreError> {
-        serde_json::from_str(self.view.gate.get()).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))
+        parse_gate(self.view.gate.get())
     }
 }
 
@@ -144,18 +144,21 @@ pub enum AnswerOutcome {
     IdempotencyConflict,
 }
 
-/// An idempotency key and the fingerprint of the answer it came with.
+/// An `Idempotency-Key` and the fingerprint of the answer it came with (`None` when the answer
+/// does not fit the gate, so it can match no stored fingerprint).
 #[derive(Debug, Clone)]
-pub struct Keyed {
+pub struct Idempotency {
     pub key: String,
-    pub fingerprint: String,
+    pub fingerprint: Option<String>,
 }
 
-/// What a request with this key gets from a gate that is no longer open, if the key decides it.
-pub fn replay(record: &GateRecord, key: Option<&Keyed>) -> Option<AnswerOutcome> {
+/// What a request with this key gets from a gate that is no longer open, if the key decides it:
+/// the winner's key with the winner's answer is the original 202 again; with another answer, a
+/// conflict.
+pub fn replay(record: &GateRecord, key: Option<&Idempotency>) -> Option<AnswerOutcome> {
     let (stored_key, stored_fingerprint) = record.idempotency.as_ref()?;
     let key = key.filter(|k| k.key == *stored_key)?;
-    Some(if key.fingerprint == *stored_fingerprint {
+    Some(if key.fingerprint.as_ref() == Some(stored_fingerprint) {
         AnswerOutcome::Accepted { journal_seq: record.view.resolved_seq? }
     } else {
         AnswerOutcome::IdempotencyConflict
@@ -166,7 +169,7 @@ fn not_open(
     conn: &Connection,
     session: SessionId,
     gate: GateId,
-    key: Option<&Keyed>,
+    key: Option<&Idempotency>,
 ) -> Result<AnswerOutcome, StoreError> {
     let Some(record) = find(conn, gate)?.filter(|r| r.view.session_id == session) else {
         return Ok(AnswerOutcome::NotFound);
@@ -180,57 +183,28 @@ fn not_open(
     }
 }
 
-/// The exactly-once path: claim the gate if it is still open (conditional write + row count),
-/// append `GateResolved`, enqueue `ProvideUserInput` for the owning loop, and store the winner's
-/// idempotency key, all in the caller's transaction.
+/// The exactly-once path: claim the gate if it is still open, append `GateResolved`, enqueue
+/// `ProvideUserInput` for the owning loop, and store the winner's idempotency key, all in the
+/// caller's transaction.
 pub fn answer(
     conn: &Connection,
     session: SessionId,
     gate_id: GateId,
     answer: &Answer,
-    key: Option<&Keyed>,
+    key: Option<&Idempotency>,
     effects: &mut Vec<Effect>,
 ) -> Result<AnswerOutcome, StoreError> {
-    let claimed: Option<(String, String)> = conn
-        .prepare_cached(
-            "UPDATE gates SET state = 'resolved', answer = ?3, idempotency_key = ?4, fingerprint = ?5
-             WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
-             RETURNING loop_id, gate",
-        )?
-        .query_row(
-            params![
-                gate_id.to_string(),
-                session.to_string(),
-                answer.text,
-                key.map(|k| &k.key),
-                key.map(|k| &k.fingerprint)
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let Some((loop_id, gate)) = claimed else {
+    let Some(Claimed { loop_id, gate }) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key)? else {
         // Lost the race (or never had a chance): the same key check as before the claim.
         return not_open(conn, session, gate_id, key);
     };
-    let loop_id = LoopId::parse(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
-    let gate: Gate = serde_json::from_str(&gate).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))?;
     let now = Timestamp::now();
     let at = Coordinates::of(session, &gate, loop_id);
-
-    let resolved = GateResolved::answered(at, now, gate_id, answer, Source::user(None));
-    let seq = journal::append(conn, effects, session, gate_id, GateResolved::TYPE, to_json(&resolved))?;
-    set_resolved_seq(conn, gate_id, seq)?;
+    let seq = resolve(conn, effects, session, &GateResolved::answered(at, now, gate_id, answer, Source::user(None)))?;
     let command = ProvideUserInput::from_person(at, now, &gate, answer);
     inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
-
-    effects.extend([Effect::Gate(gate_id), Effect::Inbox(session, loop_id)]);
+    effects.push(Effect::Inbox(session, loop_id));
     Ok(AnswerOutcome::Accepted { journal_seq: seq })
-}
-
-fn set_resolved_seq(conn: &Connection, gate: GateId, seq: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE gates SET resolved_seq = ?2 WHERE gate_id = ?1")?
-        .execute(params![gate.to_string(), seq])?;
-    Ok(())
 }
 
 /// The result of a close.
@@ -249,28 +223,74 @@ pub fn close(
     reason: CloseReason,
     effects: &mut Vec<Effect>,
 ) -> Result<CloseOutcome, StoreError> {
-    let claimed: Option<(String, String)> = conn
-        .prepare_cached(
-            "UPDATE gates SET state = 'closed'
-             WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
-             RETURNING loop_id, gate",
-        )?
-        .query_row(params![gate_id.to_string(), session.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let Some((loop_id, gate)) = claimed else {
+    let Some(Claimed { loop_id, gate }) = claim(conn, session, gate_id, GateState::Closed, None, None)? else {
         return Ok(match not_open(conn, session, gate_id, None)? {
             AnswerOutcome::NotReady { resolution } => CloseOutcome::NotReady { resolution },
             _ => CloseOutcome::NotFound,
         });
     };
-    let loop_id = LoopId::parse(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
-    let gate: Gate = serde_json::from_str(&gate).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))?;
     let at = Coordinates::of(session, &gate, loop_id);
-    let resolved = GateResolved::closed(at, Timestamp::now(), gate_id, reason);
-    let seq = journal::append(conn, effects, session, gate_id, GateResolved::TYPE, to_json(&resolved))?;
-    set_resolved_seq(conn, gate_id, seq)?;
-    effects.push(Effect::Gate(gate_id));
+    resolve(conn, effects, session, &GateResolved::closed(at, Timestamp::now(), gate_id, reason))?;
     Ok(CloseOutcome::Closed(view(conn, gate_id)?))
+}
+
+/// A gate this transaction took out of `open`.
+struct Claimed {
+    loop_id: LoopId,
+    gate: Gate,
+}
+
+/// The claim: a conditional write that moves the gate out of `open` only if it is still open
+/// (and in this session), recording the winner's answer and key. `None` when it was not open; the
+/// unique index on resolutions guards this again.
+fn claim(
+    conn: &Connection,
+    session: SessionId,
+    gate_id: GateId,
+    to: GateState,
+    answer: Option<&Answer>,
+    key: Option<&Idempotency>,
+) -> Result<Option<Claimed>, StoreError> {
+    let claimed: Option<(String, String)> = conn
+        .prepare_cached(
+            "UPDATE gates SET state = ?3, answer = ?4, idempotency_key = ?5, fingerprint = ?6
+             WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
+             RETURNING loop_id, gate",
+        )?
+        .query_row(
+            params![
+                gate_id.to_string(),
+                session.to_string(),
+                to.as_str(),
+                answer.map(|a| &a.text),
+                key.map(|k| &k.key),
+                key.map(|k| &k.fingerprint),
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((loop_id, gate)) = claimed else { return Ok(None) };
+    let loop_id = LoopId::parse(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
+    Ok(Some(Claimed { loop_id, gate: parse_gate(&gate)? }))
+}
+
+/// Appends the `GateResolved` of a claim and points the gate at it.
+fn resolve(
+    conn: &Connection,
+    effects: &mut Vec<Effect>,
+    session: SessionId,
+    resolved: &GateResolved,
+) -> Result<i64, StoreError> {
+    let gate = resolved.gate_id;
+    let seq = journal::append(conn, effects, session, gate, GateResolved::TYPE, to_json(resolved))?;
+    conn.prepare_cached("UPDATE gates SET resolved_seq = ?2 WHERE gate_id = ?1")?
+        .execute(params![gate.to_string(), seq])?;
+    effects.push(Effect::Gate(gate));
+    Ok(seq)
+}
+
+fn parse_gate(json: &str) -> Result<Gate, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))
 }
 
 /// Which gates a listing wants.

@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, params};
 
-use super::row::raw_json;
+use super::row::json_text;
 use crate::bus::Effect;
 use crate::domain::{GateId, JournalEntry, JournalPage, SessionId};
 
@@ -42,25 +42,30 @@ pub fn range(
     upto: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<(i64, String)>> {
-    let session = session.map(|s| s.to_string());
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, event FROM journal WHERE seq > ?1 AND seq <= ?2 AND (?3 IS NULL OR session_id = ?3)
-         ORDER BY seq LIMIT ?4",
-    )?;
-    stmt.query_map(params![after, upto, session, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+    // Two statements, so a session's reads use its index instead of scanning the whole journal.
+    let limit = limit as i64;
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+    match session {
+        Some(session) => conn
+            .prepare_cached(
+                "SELECT seq, event FROM journal WHERE session_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+            )?
+            .query_map(params![session.to_string(), after, upto, limit], row)?
+            .collect(),
+        None => conn
+            .prepare_cached("SELECT seq, event FROM journal WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3")?
+            .query_map(params![after, upto, limit], row)?
+            .collect(),
+    }
 }
 
 /// Events with seq ≥ `from`, at most `limit`, optionally of one session (spec §5.7).
 pub fn page(conn: &Connection, session: Option<SessionId>, from: i64, limit: usize) -> rusqlite::Result<JournalPage> {
-    let session = session.map(|s| s.to_string());
     // One row more than asked tells whether the journal is exhausted.
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, event FROM journal WHERE seq >= ?1 AND (?2 IS NULL OR session_id = ?2) ORDER BY seq LIMIT ?3",
-    )?;
-    let mut events = stmt
-        .query_map(params![from, session, limit as i64 + 1], |r| {
-            Ok(JournalEntry { journal_seq: r.get(0)?, event: raw_json(r, 1)? })
-        })?
+    let rows = range(conn, session, from - 1, i64::MAX, limit + 1)?;
+    let mut events = rows
+        .into_iter()
+        .map(|(journal_seq, event)| Ok(JournalEntry { journal_seq, event: json_text(1, event)? }))
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let done = events.len() <= limit;
     events.truncate(limit);

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-pub use gates::{AnswerOutcome, CloseOutcome, GateRecord, Keyed, ListQuery, Listing, OpenOutcome};
+pub use gates::{AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListQuery, Listing, OpenOutcome};
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, Health};
 
@@ -29,11 +29,12 @@ use writer::{Job, Msg, Writer};
 
 /// How many write jobs may queue before senders wait.
 const QUEUE_DEPTH: usize = 1024;
-/// How many idle read connections are kept for reuse.
-const IDLE_READERS: usize = 8;
+/// How many read connections may be open at once (reads beyond wait for one); idle ones are
+/// kept for reuse.
+const MAX_READERS: usize = 16;
 
 /// How hard a commit waits for the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
     /// `synchronous=FULL`: a 202 survives power loss.
     #[default]
@@ -50,6 +51,8 @@ pub struct StoreConfig {
     pub durability: Durability,
     /// Test-only: called on the writer thread just before every COMMIT.
     pub before_commit: Option<BeforeCommit>,
+    /// Test-only: a file naming a storage fault to inject (spec §7, `--fault-file`).
+    pub fault_file: Option<PathBuf>,
 }
 
 /// Why the store could not start.
@@ -106,15 +109,23 @@ struct Inner {
     path: PathBuf,
     jobs: mpsc::Sender<Msg>,
     readers: Mutex<Vec<Connection>>,
+    reader_slots: Arc<tokio::sync::Semaphore>,
     health: Arc<Health>,
     bus: Arc<Bus>,
     lock: Mutex<Option<File>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// `<db>.lock`, beside the database.
+/// `<db>.lock`, beside the database, named after its canonical path so that two spellings of the
+/// same file (a symlink, `./x.db`) share one lock.
 fn lock_path(db: &Path) -> PathBuf {
-    let mut p = db.as_os_str().to_owned();
+    let canonical = std::fs::canonicalize(db).unwrap_or_else(|_| {
+        // Not created yet: the directory can still be resolved.
+        let dir = db.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = db.file_name().map(PathBuf::from).unwrap_or_default();
+        std::fs::canonicalize(dir).map(|d| d.join(&name)).unwrap_or_else(|_| db.to_owned())
+    });
+    let mut p = canonical.into_os_string();
     p.push(".lock");
     PathBuf::from(p)
 }
@@ -157,6 +168,7 @@ impl Store {
             bus: Arc::clone(&bus),
             health: Arc::clone(&health),
             before_commit: config.before_commit,
+            fault_file: config.fault_file,
             runtime: tokio::runtime::Handle::current(),
         };
         let thread = std::thread::Builder::new()
@@ -168,6 +180,7 @@ impl Store {
                 path: config.path,
                 jobs,
                 readers: Mutex::new(Vec::new()),
+                reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 health,
                 bus,
                 lock: Mutex::new(Some(lock)),
@@ -207,10 +220,14 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection, &mut Vec<Effect>) -> Result<T, StoreError> + Send + 'static,
     {
-        let stopped = || StoreError::Unavailable("the writer has stopped".into());
         let (job, reply) = Job::new(work);
-        self.inner.jobs.send(Msg::Job(job)).await.map_err(|_| stopped())?;
-        reply.await.map_err(|_| stopped())?
+        self.inner
+            .jobs
+            .send(Msg::Job(job))
+            .await
+            .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
+        // A job dropped without a reply panicked (the writer carried on without it).
+        reply.await.map_err(|_| StoreError::Internal("a write job failed without a reply".into()))?
     }
 
     /// Runs `work` on a read-only connection on a blocking thread.
@@ -220,17 +237,20 @@ impl Store {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        // Bounded: a burst of reads queues here instead of opening connections without limit.
+        let slot = Arc::clone(&inner.reader_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
         let joined = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let idle = inner.readers.lock().expect("reader pool").pop();
             let conn = match idle {
                 Some(conn) => conn,
                 None => schema::open_reader(&inner.path)?,
             };
             let result = work(&conn);
-            let mut idle = inner.readers.lock().expect("reader pool");
-            if idle.len() < IDLE_READERS {
-                idle.push(conn);
-            }
+            inner.readers.lock().expect("reader pool").push(conn);
             result
         })
         .await;
@@ -252,7 +272,7 @@ impl Store {
         session: SessionId,
         gate: GateId,
         answer: Answer,
-        key: Option<Keyed>,
+        key: Option<Idempotency>,
     ) -> Result<AnswerOutcome, StoreError> {
         self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), effects)).await
     }
@@ -328,6 +348,6 @@ impl Store {
 
 /// Whether a gate that is no longer open settles a request carrying this key (replay or
 /// conflict), before any write is attempted.
-pub fn replay(record: &GateRecord, key: Option<&Keyed>) -> Option<AnswerOutcome> {
+pub fn replay(record: &GateRecord, key: Option<&Idempotency>) -> Option<AnswerOutcome> {
     gates::replay(record, key)
 }

@@ -19,12 +19,15 @@ pub fn id<T>(row: &Row<'_>, idx: usize, parse: fn(&str) -> Result<T, IdError>) -
 
 /// A stored JSON column, kept as raw text to be served verbatim.
 pub fn raw_json(row: &Row<'_>, idx: usize) -> rusqlite::Result<Box<RawValue>> {
-    RawValue::from_string(row.get(idx)?).map_err(|e| conversion(idx, e))
+    json_text(idx, row.get(idx)?)
+}
+
+/// Stored JSON text (from column `idx`), kept raw to be served verbatim.
+pub fn json_text(idx: usize, text: String) -> rusqlite::Result<Box<RawValue>> {
+    RawValue::from_string(text).map_err(|e| conversion(idx, e))
 }
 
 /// A nullable stored JSON column.
 pub fn raw_json_opt(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Box<RawValue>>> {
-    row.get::<_, Option<String>>(idx)?
-        .map(|text| RawValue::from_string(text).map_err(|e| conversion(idx, e)))
-        .transpose()
+    row.get::<_, Option<String>>(idx)?.map(|text| json_text(idx, text)).transpose()
 }

@@ -76,6 +76,8 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, Op
     let conn = Connection::open_with_flags(path, flags).map_err(|e| describe(path, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(2)).map_err(|e| describe(path, e))?;
     recognise(&conn).map_err(|e| describe(path, e))??;
+    // Refuse a newer schema before changing anything in the file.
+    check_version(&conn).map_err(|e| describe(path, e))??;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(|e| describe(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(OpenError::Database(format!("{}: could not switch to WAL (got {mode})", path.display())));
@@ -112,14 +114,20 @@ fn recognise(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
     })
 }
 
-fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
+fn check_version(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Ok(Err(OpenError::Database(format!(
+    Ok(if version > SCHEMA_VERSION {
+        Err(OpenError::Database(format!(
             "the database has schema version {version}, newer than this gatehouse supports \
              ({SCHEMA_VERSION}); run a newer gatehouse"
-        ))));
-    }
+        )))
+    } else {
+        Ok(())
+    })
+}
+
+fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     for (from, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let to = from + 1;
         conn.execute_batch("BEGIN IMMEDIATE")?;

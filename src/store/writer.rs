@@ -6,6 +6,7 @@
 //! (doorbell, keyed wake-ups) are buffered and published only after COMMIT returned Ok, in order,
 //! and only then do the replies go out: nothing is observable before it is durable.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,6 +22,8 @@ use crate::domain::Timestamp;
 const MAX_BATCH: usize = 256;
 /// How often an unhealthy writer probes the database with a tiny real write.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// SQLite's default `max_page_count`, restored when a `full:N` fault is lifted.
+const UNLIMITED_PAGES: u64 = 4_294_967_294;
 
 /// A test-only pause just before COMMIT (spec §13, the commit barrier).
 pub type BeforeCommit = Arc<dyn Fn() + Send + Sync>;
@@ -38,9 +41,8 @@ trait Work: Send {
 /// What a job left behind: whether it succeeded, what it changed, and how to answer its caller
 /// once the fate of the transaction is known.
 struct Ran {
-    ok: bool,
-    /// The job failed on storage trouble (not on a broken invariant): the writer is unhealthy.
-    storage_failed: bool,
+    /// Why the job failed, if it did (its caller learns the same error).
+    failure: Option<StoreError>,
     effects: Vec<Effect>,
     reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
 }
@@ -60,8 +62,7 @@ where
         let mut effects = Vec::new();
         let result = work(conn, &mut effects);
         Ran {
-            ok: result.is_ok(),
-            storage_failed: matches!(result, Err(StoreError::Unavailable(_))),
+            failure: result.as_ref().err().cloned(),
             effects,
             reply: Box::new(move |committed: Result<(), StoreError>| {
                 // The caller may have gone away (client disconnect); the work is done anyway.
@@ -114,7 +115,7 @@ impl Health {
             if healthy {
                 tracing::info!("storage healthy again");
             } else {
-                tracing::error!("storage unhealthy; writes fail with 503 until a probe write succeeds");
+                tracing::error!("storage unhealthy; /readyz answers 503 until a write succeeds again");
             }
         }
     }
@@ -126,12 +127,15 @@ pub(super) struct Writer {
     pub bus: Arc<Bus>,
     pub health: Arc<Health>,
     pub before_commit: Option<BeforeCommit>,
+    pub fault_file: Option<PathBuf>,
     pub runtime: tokio::runtime::Handle,
 }
 
 impl Writer {
     /// The thread body: runs until shutdown or until every sender is gone.
     pub fn run(mut self) {
+        // If this thread dies unexpectedly, readiness must say so.
+        let _watch = DeathWatch(Arc::clone(&self.health));
         let ack = loop {
             let msg = if self.health.is_healthy() {
                 self.rx.blocking_recv()
@@ -172,32 +176,53 @@ impl Writer {
 
     /// Runs a batch of jobs in one `BEGIN IMMEDIATE` transaction.
     fn commit_batch(&mut self, batch: Vec<Job>) {
+        self.apply_faults();
+        if !self.conn.is_autocommit() {
+            // A ROLLBACK failed earlier; without this every BEGIN would fail from now on.
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                return self.fail(Vec::new(), batch, format!("cannot end a broken transaction: {e}"));
+            }
+        }
         if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
-            return self.fail(Vec::new(), batch, e);
+            return self.fail(Vec::new(), batch, format!("BEGIN IMMEDIATE failed: {e}"));
         }
         let mut done: Vec<Ran> = Vec::with_capacity(batch.len());
         let mut jobs = batch.into_iter();
         while let Some(Job(job)) = jobs.next() {
             if let Err(e) = self.conn.execute_batch("SAVEPOINT job") {
-                return self.fail(done, std::iter::once(Job(job)).chain(jobs).collect(), e);
+                let rest = std::iter::once(Job(job)).chain(jobs).collect();
+                return self.fail(done, rest, format!("SAVEPOINT failed: {e}"));
             }
-            let mut ran = job.run(&self.conn);
+            // A panicking job must not take the writer down with it: it fails alone (its caller
+            // sees its reply dropped) and the batch goes on.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&self.conn)));
             if self.conn.is_autocommit() {
                 // SQLite rolled back the whole transaction (e.g. SQLITE_FULL): every job of the
                 // batch is lost, this one included. Never run SAVEPOINT outside BEGIN IMMEDIATE.
-                done.push(ran);
-                let e = rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some("transaction rolled back by SQLite".into()),
-                );
-                return self.fail(done, jobs.collect(), e);
+                let cause = match &ran {
+                    Ok(Ran { failure: Some(e), .. }) => e.to_string(),
+                    _ => "SQLite rolled the transaction back".to_owned(),
+                };
+                done.extend(ran.ok());
+                return self.fail(done, jobs.collect(), cause);
             }
-            let end = if ran.ok { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
+            let mut ran = match ran {
+                Ok(ran) => ran,
+                Err(_) => {
+                    tracing::error!("a write job panicked; it was rolled back");
+                    Ran {
+                        failure: Some(StoreError::Internal("panicked".into())),
+                        effects: Vec::new(),
+                        reply: Box::new(drop),
+                    }
+                }
+            };
+            let end = if ran.failure.is_none() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
             if let Err(e) = self.conn.execute_batch(end) {
                 done.push(ran);
-                return self.fail(done, jobs.collect(), e);
+                return self.fail(done, jobs.collect(), format!("{end} failed: {e}"));
             }
-            if !ran.ok {
+            if ran.failure.is_some() {
                 ran.effects.clear();
             }
             done.push(ran);
@@ -207,7 +232,8 @@ impl Writer {
         }
         match self.conn.execute_batch("COMMIT") {
             Ok(()) => {
-                self.health.set(!done.iter().any(|r| r.storage_failed));
+                let storage_failed = done.iter().any(|r| matches!(r.failure, Some(StoreError::Unavailable(_))));
+                self.health.set(!storage_failed);
                 let effects: Vec<Effect> = done.iter_mut().flat_map(|r| r.effects.drain(..)).collect();
                 self.bus.publish(effects);
                 for ran in done {
@@ -215,21 +241,21 @@ impl Writer {
                 }
             }
             // The outcome is unknown to the callers: they retry with the same Idempotency-Key.
-            Err(e) => self.fail(done, Vec::new(), e),
+            Err(e) => self.fail(done, Vec::new(), format!("COMMIT failed: {e}")),
         }
     }
 
-    /// The transaction itself failed: roll back, and fail every job of the batch, those that ran
-    /// (whatever they returned) and those that never got to run.
-    fn fail(&mut self, ran: Vec<Ran>, not_run: Vec<Job>, e: rusqlite::Error) {
-        if !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+    /// The transaction itself failed: roll back, mark storage unhealthy, and fail every job of
+    /// the batch with 503, those that ran (whatever they returned) and those that never got to.
+    fn fail(&mut self, ran: Vec<Ran>, not_run: Vec<Job>, cause: String) {
+        if !self.conn.is_autocommit()
+            && let Err(e) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::error!(error = %e, "ROLLBACK failed; the next batch retries it");
         }
-        tracing::error!(error = %e, jobs = ran.len() + not_run.len(), "write transaction failed");
-        let err = StoreError::from(e);
-        if matches!(err, StoreError::Unavailable(_)) {
-            self.health.set(false);
-        }
+        tracing::error!(%cause, jobs = ran.len() + not_run.len(), "write transaction failed");
+        self.health.set(false);
+        let err = StoreError::Unavailable(cause);
         for r in ran {
             (r.reply)(Err(err.clone()));
         }
@@ -238,8 +264,30 @@ impl Writer {
         }
     }
 
+    /// Test-only fault injection (spec §7): the file names a fault, read before every batch and
+    /// probe. `readonly` → `PRAGMA query_only`; `full:N` → `PRAGMA max_page_count = N`; anything
+    /// else (or no file) → no fault.
+    fn apply_faults(&self) {
+        let Some(path) = &self.fault_file else { return };
+        let spec = std::fs::read_to_string(path).unwrap_or_default();
+        let spec = spec.trim();
+        let read_only = spec == "readonly";
+        let max_pages = spec.strip_prefix("full:").and_then(|n| n.parse::<u64>().ok()).unwrap_or(UNLIMITED_PAGES);
+        let applied = self
+            .conn
+            .execute_batch(&format!("PRAGMA query_only = {}", i32::from(read_only)))
+            .and_then(|()| self.conn.query_row(&format!("PRAGMA max_page_count = {max_pages}"), [], |_| Ok(())));
+        if let Err(e) = applied {
+            tracing::warn!(error = %e, "could not apply the fault file");
+        }
+    }
+
     /// A tiny real write, to find out whether storage recovered.
     fn probe(&mut self) {
+        self.apply_faults();
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
         let now = Timestamp::now().as_nanos().to_string();
         let probed = self.conn.execute_batch("BEGIN IMMEDIATE").and_then(|()| {
             let wrote = self
@@ -281,6 +329,17 @@ impl Writer {
         tracing::info!("writer stopped; database closed");
         if let Some(ack) = ack {
             let _ = ack.send(());
+        }
+    }
+}
+
+/// Marks storage unhealthy when the writer thread unwinds.
+struct DeathWatch(Arc<Health>);
+
+impl Drop for DeathWatch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.set(false);
         }
     }
 }

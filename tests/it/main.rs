@@ -6,6 +6,7 @@ mod barrier;
 mod conformance;
 mod contract;
 mod durability;
+mod faults;
 mod gates;
 mod helpers;
 mod inbox;

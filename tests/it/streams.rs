@@ -285,7 +285,8 @@ async fn an_inbox_stream_delivers_commands_committed_before_and_after_it_opened(
     after.next().await; // retry
     assert!(after.next_within(Duration::from_millis(300)).await.is_err(), "nothing after the cursor");
     for bad in ["limit=0", "wait=61", "after=x"] {
-        let resp = app.send(reqwest::Method::GET, &format!("{path}?{bad}"), &[("accept", "text/event-stream")], None).await;
+        let resp =
+            app.send(reqwest::Method::GET, &format!("{path}?{bad}"), &[("accept", "text/event-stream")], None).await;
         resp.expect_error(400, "invalid_parameter");
     }
     drop(stop);

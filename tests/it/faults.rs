@@ -1,0 +1,74 @@
+//! Storage faults (spec §7 `--fault-file`): a failed write is a retryable 503 that changes
+//! nothing, `/readyz` reports it, and the writer finds its way back once storage recovers.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::helpers::{Client, NET_TIMEOUT, TestApp, ask, gate_id, uuid};
+
+/// Polls `/readyz` until it answers `status` (bounded).
+async fn await_ready(client: &Client, status: u16) {
+    let deadline = tokio::time::Instant::now() + NET_TIMEOUT;
+    loop {
+        let resp = client.get("/readyz").await;
+        if resp.status == status {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "/readyz never answered {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn set_fault(path: &Path, fault: &str) {
+    std::fs::write(path, fault).unwrap();
+}
+
+#[tokio::test]
+async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let fault = dir.path().join("fault");
+    let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
+    let (session, loop_id) = (uuid(), uuid());
+    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Through a fault?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let key = [("idempotency-key", "retry-me")];
+
+    set_fault(&fault, "readonly");
+    let body =
+        app.post_with(&path, &key, &crate::helpers::answer("yes")).await.expect_error(503, "storage_unavailable");
+    assert_eq!(body["error"]["retryable"], true);
+    assert!(!body["error"]["message"].as_str().unwrap().contains("readonly"), "no internal causes in 5xx bodies");
+    app.get("/readyz").await.expect_error(503, "storage_unavailable");
+    // Nothing changed, and reads still work.
+    assert_eq!(app.view(&session, &gate).await["state"], "open");
+    assert!(app.inbox(&session, &loop_id).await.is_empty());
+
+    set_fault(&fault, "");
+    await_ready(&app, 200).await;
+    let accepted = app.post_with(&path, &key, &crate::helpers::answer("yes")).await.expect(202).json();
+    let again = app.post_with(&path, &key, &crate::helpers::answer("yes")).await.expect(202).json();
+    assert_eq!(accepted, again, "the retry with the same key is the same answer");
+    assert_eq!(app.inbox(&session, &loop_id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let fault = dir.path().join("fault");
+    let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
+    let session = uuid();
+    let big = "q".repeat(4000);
+    let body = ask(&uuid(), &uuid(), &big);
+    let events_before = app.journal().await.len();
+
+    set_fault(&fault, "full:1");
+    app.post(&format!("/v1/sessions/{session}/gates"), &body).await.expect_error(503, "storage_unavailable");
+    await_ready(&app, 503).await;
+    assert_eq!(app.journal().await.len(), events_before, "no half-written gate");
+
+    set_fault(&fault, "");
+    await_ready(&app, 200).await;
+    // The same open is simply made again.
+    app.post(&format!("/v1/sessions/{session}/gates"), &body).await.expect(201);
+    assert_eq!(app.journal().await.len(), events_before + 2);
+}
