@@ -79,6 +79,16 @@ impl Bus {
         Keyed::subscribe(&self.inboxes, (session, loop_id))
     }
 
+    /// How many are waiting for this gate right now (tests use it to know a long-poll is parked).
+    pub fn gate_interest(&self, gate: GateId) -> usize {
+        self.gates.interest(&gate)
+    }
+
+    /// How many are waiting for this loop's inbox right now.
+    pub fn inbox_interest(&self, session: SessionId, loop_id: LoopId) -> usize {
+        self.inboxes.interest(&(session, loop_id))
+    }
+
     /// Announces what a commit changed, in order. Called by the writer only after COMMIT
     /// returned Ok. A frame enters the ring before the head moves past it, so a stream that sees
     /// the new head finds every frame up to it.
@@ -181,6 +191,10 @@ impl<K: Hash + Eq + Clone> Keyed<K> {
         let mut map = this.map.lock().expect("bus lock");
         let rx = map.entry(key.clone()).or_insert_with(|| watch::Sender::new(0)).subscribe();
         Interest { rx: Some(rx), key, owner: Arc::clone(this) }
+    }
+
+    fn interest(&self, key: &K) -> usize {
+        self.map.lock().expect("bus lock").get(key).map_or(0, |tx| tx.receiver_count())
     }
 
     fn notify(&self, key: &K) {

@@ -4,10 +4,12 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::bus::Bus;
 use crate::store::{BeforeCommit, Durability};
 
 /// gatehouse: an AI agent asks a person a question and gets back exactly one answer.
@@ -113,6 +115,8 @@ impl From<SyncMode> for Durability {
 pub struct TestHooks {
     /// Called on the writer thread just before every COMMIT (the commit barrier, spec §13).
     pub before_commit: Option<BeforeCommit>,
+    /// Receives the server's bus once it runs, so a test can see who is waiting.
+    pub bus: Option<Arc<OnceLock<Arc<Bus>>>>,
 }
 
 /// `1048576`, `512KiB`, `1MiB` (K and M are read as KiB and MiB).

@@ -66,6 +66,9 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    if let Some(slot) = &args.hooks.bus {
+        let _ = slot.set(Arc::clone(store.bus()));
+    }
     let token = CancellationToken::new();
     let state = AppState {
         store: store.clone(),

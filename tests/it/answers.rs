@@ -418,3 +418,36 @@ async fn a_full_gate_response_body_is_accepted_and_its_source_ignored() {
     assert_eq!(view["resolution"]["source"], json!({"kind": "user"}), "the server stamps provenance");
     assert_eq!(view["resolution"]["reason"], "answered");
 }
+
+#[tokio::test]
+async fn on_a_resolved_gate_the_key_and_state_are_checked_before_the_answer() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Order?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    app.post_with(&path, &[("idempotency-key", "k")], &answer("first")).await.expect(202);
+
+    let bad_action = json!({"action": "nope", "values": {"answer": "x"}});
+    let bad_values = json!({"action": "answer", "values": {"answer": 1}});
+    // The winner's key with an answer that does not even fit: a conflict, not a 400.
+    app.post_with(&path, &[("idempotency-key", "k")], &bad_values).await.expect_error(409, "idempotency_conflict");
+    // Without the key: the gate is simply no longer open.
+    app.post(&path, &bad_action).await.expect_error(409, "gate_not_ready");
+    app.post(&path, &bad_values).await.expect_error(409, "gate_not_ready");
+    // A 404 comes before all of that.
+    app.post(&format!("/v1/sessions/{}/gates/{gate}", uuid()), &bad_action).await.expect_error(404, "gate_not_found");
+}
+
+#[tokio::test]
+async fn chunked_bodies_follow_the_same_rules() {
+    let app = TestApp::spawn_with(|args| args.max_body = 4096).await;
+    let session = uuid();
+    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Chunked?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let body = answer("yes").to_string().into_bytes();
+    app.send_chunked(&path, &[], body.clone()).await.expect_error(415, "unsupported_media_type");
+    let big = answer(&"x".repeat(8000)).to_string().into_bytes();
+    app.send_chunked(&path, &[("content-type", "application/json")], big).await.expect_error(413, "payload_too_large");
+    assert_eq!(app.view(&session, &gate).await["state"], "open");
+    app.send_chunked(&path, &[("content-type", "application/json; charset=utf-8")], body).await.expect(202);
+}

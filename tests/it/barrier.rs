@@ -50,6 +50,8 @@ async fn nothing_is_observable_before_commit() {
         tokio::spawn(async move { client.get(&path).await })
     };
 
+    app.parked_on_gate(&gate, 1).await;
+    app.parked_on_inbox(&session, &loop_id, 1).await;
     let mut stream = EventStream::connect(&app, &format!("/v1/sessions/{session}/events"), &[]).await;
     assert!(stream.next().await.retry.is_some());
 

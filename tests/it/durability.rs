@@ -34,11 +34,16 @@ async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
 
     let server = ServerProcess::start(&db);
     let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Deploy?")).await);
-    let accepted = server.answer(&session, &gate, "ship it").await.expect(202).json();
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let key = [("idempotency-key", "deploy-1")];
+    let accepted = server.post_with(&path, &key, &crate::helpers::answer("ship it")).await.expect(202).json();
     // Killed right after the 202: no shutdown code, no checkpoint.
     server.kill();
 
     let server = ServerProcess::start(&db);
+    // A client that never saw its 202 retries with the same key and gets it now.
+    let replayed = server.post_with(&path, &key, &crate::helpers::answer("ship it")).await.expect(202).json();
+    assert_eq!(replayed, accepted);
     let inbox = server.inbox(&session, &loop_id).await;
     assert_eq!(inbox.len(), 1, "the acknowledged answer is still delivered");
     let command = &inbox[0]["command"];
@@ -89,6 +94,13 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
         EventStream::connect(&server.client, path, &[])
     }))
     .await;
+    // And a client that sent half a body and went quiet.
+    let addr: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/sessions/{session}/gates HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"loop_id\""
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut half, head.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let code = tokio::task::spawn_blocking(move || server.terminate(Duration::from_secs(5))).await.unwrap();
     assert_eq!(code, Some(0), "a clean exit within 5 s of SIGTERM");

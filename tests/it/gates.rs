@@ -145,6 +145,15 @@ async fn bad_open_requests_are_refused_with_field_details() {
     let cases = [
         (ask(nil, &uuid(), "Q"), vec![("/loop_id", "type")]),
         (json!({"loop_id": uuid(), "question": "Q"}), vec![("/tool_execution_id", "required")]),
+        (ask(&uuid(), nil, "Q"), vec![("/tool_execution_id", "type")]),
+        (
+            json!({"loop_id": 5, "tool_execution_id": uuid(), "question": ["Q"]}),
+            vec![("/loop_id", "type"), ("/question", "type")],
+        ),
+        (
+            json!({"loop_id": uuid(), "tool_execution_id": uuid(), "question": "Q", "choices": []}),
+            vec![("/choices", "out_of_range")],
+        ),
         (ask(&uuid(), &uuid(), ""), vec![("/question", "empty")]),
         (ask(&uuid(), &uuid(), " \n\t"), vec![("/question", "blank")]),
         (ask(&uuid(), &uuid(), &"q".repeat(4097)), vec![("/question", "too_long")]),
@@ -293,9 +302,7 @@ async fn wait_returns_when_the_gate_is_answered() {
         let wait = wait.clone();
         tokio::spawn(async move { client.get(&format!("{wait}?timeout=60")).await })
     };
-    // Give the waiter time to register; correctness does not depend on it (it registers before
-    // reading), only the path through the wake-up does.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    app.parked_on_gate(&gate, 1).await;
     let accepted = app.answer(&session, &gate, "here").await.expect(202).json();
     let resolved = bounded("wait returns", waiter).await.unwrap().expect(200).json();
     assert_eq!(resolved["state"], "resolved");
@@ -346,4 +353,44 @@ async fn meta_routes() {
     assert_eq!(spec.body, std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap());
     // A graceful stop drains and returns cleanly.
     app.stop().await;
+}
+
+#[tokio::test]
+async fn every_member_of_the_content_decides_whether_a_reask_is_the_same() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let path = format!("/v1/sessions/{session}/gates");
+    let (loop_id, tool, turn) = (uuid(), uuid(), uuid());
+    let mut base = ask(&loop_id, &tool, "Which?");
+    base["choices"] = json!(["a", "b"]);
+    base["turn_id"] = json!(turn);
+    let gate = gate_id(&app.open(&session, &base).await);
+
+    // Spelled differently, same content: defaults written out, ids in upper case, null members.
+    let mut same = base.clone();
+    same["title"] = json!("User input requested");
+    same["allow_other"] = json!(false);
+    same["turn_id"] = json!(turn.to_uppercase());
+    same["step_id"] = Value::Null;
+    same["kind"] = json!("harness.ask_user");
+    assert_eq!(gate_id(&app.post(&path, &same).await.expect(200).json()), gate);
+
+    let changes = [
+        ("choices", json!(["b", "a"])),
+        ("choices", Value::Null),
+        ("allow_other", json!(true)),
+        ("title", json!("Another title")),
+        ("turn_id", json!(uuid())),
+        ("step_id", json!(uuid())),
+        ("response_policy", json!({"timeout": 60_000_000_000_i64})),
+    ];
+    for (member, value) in changes {
+        let mut changed = base.clone();
+        changed[member] = value.clone();
+        let conflict = app.post(&path, &changed).await.expect_error(409, "gate_conflict");
+        assert_eq!(gate_id(&conflict["error"]["gate"]), gate, "{member} = {value}");
+    }
+    // The same tool execution id under another loop is another question.
+    let other_loop = app.post(&path, &ask(&uuid(), &tool, "Which?")).await.expect(201).json();
+    assert_ne!(gate_id(&other_loop), gate);
 }

@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use std::sync::{Arc, OnceLock};
+
 use gatehouse::ServeArgs;
+use gatehouse::bus::Bus;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -103,6 +106,24 @@ impl Client {
         Resp { status, headers, body }
     }
 
+    /// Sends a body as a chunked stream (no Content-Length).
+    pub async fn send_chunked(&self, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Resp {
+        let half = body.len() / 2;
+        let (a, b) = (body[..half].to_vec(), body[half..].to_vec());
+        let chunks = futures_util::stream::iter([Ok::<_, std::io::Error>(a), Ok(b)]);
+        let mut req = self.http.post(format!("{}{path}", self.base)).body(reqwest::Body::wrap_stream(chunks));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let resp = bounded(path, req.send()).await.expect("send");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = bounded(path, resp.bytes()).await.expect("body").to_vec();
+        let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
+        contract::check_response("POST", path, status, content_type, &body);
+        Resp { status, headers, body }
+    }
+
     pub async fn get(&self, path: &str) -> Resp {
         self.send(Method::GET, path, &[], None).await
     }
@@ -154,6 +175,8 @@ pub fn gate_id(view: &Value) -> String {
 /// The real server running inside the test process.
 pub struct TestApp {
     pub client: Client,
+    /// The server's bus, to see who is waiting.
+    bus: Arc<OnceLock<Arc<Bus>>>,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), gatehouse::ServeError>>>,
     _dir: Option<TempDir>,
@@ -185,12 +208,46 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
         let addr = listener.local_addr().expect("address");
         let mut args = ServeArgs::new(db, addr);
+        let bus = Arc::new(OnceLock::new());
+        args.hooks.bus = Some(Arc::clone(&bus));
         adjust(&mut args);
         let (tx, rx) = oneshot::channel::<()>();
         let server = tokio::spawn(gatehouse::serve(args, listener, async {
             let _ = rx.await;
         }));
-        Self { client: Client::new(format!("http://{addr}")), shutdown: Some(tx), server: Some(server), _dir: None }
+        Self {
+            client: Client::new(format!("http://{addr}")),
+            bus,
+            shutdown: Some(tx),
+            server: Some(server),
+            _dir: None,
+        }
+    }
+
+    /// Waits (bounded) until `count` requests are parked on the gate, so a test knows its
+    /// long-poll will be woken by the commit rather than find the result on its first read.
+    pub async fn parked_on_gate(&self, gate: &str, count: usize) {
+        let gate = gatehouse::domain::GateId::parse(gate).unwrap();
+        self.until_parked(|bus| bus.gate_interest(gate) >= count).await;
+    }
+
+    /// Waits (bounded) until `count` requests are parked on the loop's inbox.
+    pub async fn parked_on_inbox(&self, session: &str, loop_id: &str, count: usize) {
+        let session = gatehouse::domain::SessionId::parse(session).unwrap();
+        let loop_id = gatehouse::domain::LoopId::parse(loop_id).unwrap();
+        self.until_parked(|bus| bus.inbox_interest(session, loop_id) >= count).await;
+    }
+
+    async fn until_parked(&self, parked: impl Fn(&Bus) -> bool) {
+        bounded("a request parks", async {
+            loop {
+                if self.bus.get().is_some_and(|bus| parked(bus)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
     }
 
     /// Graceful shutdown; returns the temporary directory so the database outlives the server.

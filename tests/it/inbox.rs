@@ -67,7 +67,7 @@ async fn an_inbox_long_poll_returns_when_its_command_commits() {
         let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
         tokio::spawn(async move { client.get(&path).await })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    app.parked_on_inbox(&session, &loop_id, 1).await;
     // Another loop's command does not end this poll with an empty page.
     app.answer(&session, &other, "for the other loop").await.expect(202);
     app.answer(&session, &gate, "for this loop").await.expect(202);
