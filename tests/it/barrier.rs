@@ -39,16 +39,8 @@ async fn nothing_is_observable_before_commit() {
     let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Barrier?")).await);
     let head_before = app.journal().await.len();
 
-    let waiter = {
-        let client = app.client.clone();
-        let path = format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60");
-        tokio::spawn(async move { client.get(&path).await })
-    };
-    let inbox_poll = {
-        let client = app.client.clone();
-        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
-        tokio::spawn(async move { client.get(&path).await })
-    };
+    let waiter = app.spawn_get(format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60"));
+    let inbox_poll = app.spawn_get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60"));
 
     app.parked_on_gate(&gate, 1).await;
     app.parked_on_inbox(&session, &loop_id, 1).await;

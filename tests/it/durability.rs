@@ -77,16 +77,8 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
     let server = ServerProcess::start(&db);
     let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Still there?")).await);
 
-    let wait = {
-        let client = server.client.clone();
-        let path = format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60");
-        tokio::spawn(async move { client.get(&path).await })
-    };
-    let poll = {
-        let client = server.client.clone();
-        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
-        tokio::spawn(async move { client.get(&path).await })
-    };
+    let wait = server.spawn_get(format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60"));
+    let poll = server.spawn_get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60"));
     // A hundred open streams: journal streams and inbox streams.
     let inbox = format!("/v1/sessions/{session}/loops/{loop_id}/commands");
     let mut streams = join_all((0..100).map(|i| {

@@ -297,11 +297,7 @@ async fn wait_returns_when_the_gate_is_answered() {
         .await
         .expect_error(404, "gate_not_found");
 
-    let waiter = {
-        let client = app.client.clone();
-        let wait = wait.clone();
-        tokio::spawn(async move { client.get(&format!("{wait}?timeout=60")).await })
-    };
+    let waiter = app.spawn_get(format!("{wait}?timeout=60"));
     app.parked_on_gate(&gate, 1).await;
     let accepted = app.answer(&session, &gate, "here").await.expect(202).json();
     let resolved = bounded("wait returns", waiter).await.unwrap().expect(200).json();

@@ -128,6 +128,12 @@ impl Client {
         self.send(Method::GET, path, &[], None).await
     }
 
+    /// A GET running in the background (a long-poll), to await later.
+    pub fn spawn_get(&self, path: String) -> JoinHandle<Resp> {
+        let client = self.clone();
+        tokio::spawn(async move { client.get(&path).await })
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> Resp {
         self.post_with(path, &[], body).await
     }

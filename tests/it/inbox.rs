@@ -62,11 +62,7 @@ async fn an_inbox_long_poll_returns_when_its_command_commits() {
     let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Poll me")).await);
     let other = gate_id(&app.open(&session, &ask(&other_loop, &uuid(), "Not yours")).await);
 
-    let poll = {
-        let client = app.client.clone();
-        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60");
-        tokio::spawn(async move { client.get(&path).await })
-    };
+    let poll = app.spawn_get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60"));
     app.parked_on_inbox(&session, &loop_id, 1).await;
     // Another loop's command does not end this poll with an empty page.
     app.answer(&session, &other, "for the other loop").await.expect(202);
