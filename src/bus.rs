@@ -13,9 +13,9 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use crate::domain::{GateId, LoopId, SessionId};
+use crate::domain::{GateId, LoopId, SessionId, Timestamp};
 
 /// How many committed frames the ring keeps.
 pub const RING_CAPACITY: usize = 4096;
@@ -27,6 +27,8 @@ pub enum Effect {
     Journal { seq: i64, session: SessionId, event: String },
     /// This gate left `open`.
     Gate(GateId),
+    /// This gate's policy answers at this instant.
+    Deadline(GateId, Timestamp),
     /// This loop's inbox has a new command.
     Inbox(SessionId, LoopId),
 }
@@ -36,6 +38,9 @@ pub enum Effect {
 pub struct Bus {
     head: watch::Sender<i64>,
     ring: Ring,
+    /// Deadline changes for the timer task, which takes the receiver once.
+    deadlines: mpsc::UnboundedSender<DeadlineChange>,
+    deadline_feed: Mutex<Option<mpsc::UnboundedReceiver<DeadlineChange>>>,
     gates: Arc<Keyed<GateId>>,
     inboxes: Arc<Keyed<(SessionId, LoopId)>>,
 }
@@ -43,9 +48,12 @@ pub struct Bus {
 impl Bus {
     /// A bus whose head starts at the journal head found at start-up.
     pub fn new(head: i64) -> Self {
+        let (deadlines, feed) = mpsc::unbounded_channel();
         Self {
             head: watch::Sender::new(head),
             ring: Ring::new(head, RING_CAPACITY),
+            deadlines,
+            deadline_feed: Mutex::new(Some(feed)),
             gates: Arc::default(),
             inboxes: Arc::default(),
         }
@@ -79,6 +87,11 @@ impl Bus {
         Keyed::subscribe(&self.inboxes, (session, loop_id))
     }
 
+    /// The feed of deadline changes, for the one timer task (`None` once taken).
+    pub fn take_deadline_feed(&self) -> Option<mpsc::UnboundedReceiver<DeadlineChange>> {
+        self.deadline_feed.lock().expect("bus lock").take()
+    }
+
     /// How many are waiting for this gate right now (tests use it to know a long-poll is parked).
     pub fn gate_interest(&self, gate: GateId) -> usize {
         self.gates.interest(&gate)
@@ -103,11 +116,27 @@ impl Bus {
                         advanced
                     });
                 }
-                Effect::Gate(gate) => self.gates.notify(&gate),
+                Effect::Gate(gate) => {
+                    self.gates.notify(&gate);
+                    // A closed channel means no timer runs (yet): nothing to disarm.
+                    let _ = self.deadlines.send(DeadlineChange::Settled(gate));
+                }
+                Effect::Deadline(gate, at) => {
+                    let _ = self.deadlines.send(DeadlineChange::Armed(gate, at));
+                }
                 Effect::Inbox(session, loop_id) => self.inboxes.notify(&(session, loop_id)),
             }
         }
     }
+}
+
+/// What the timer task learns from commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineChange {
+    /// A gate whose policy answers at this instant was opened.
+    Armed(GateId, Timestamp),
+    /// A gate left `open` (its deadline, if any, is moot).
+    Settled(GateId),
 }
 
 /// One journal event as an SSE frame, ready for the socket.

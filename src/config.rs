@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::bus::Bus;
+use crate::timer::Armed;
 use crate::store::{BeforeCommit, Durability};
 
 /// gatehouse: an AI agent asks a person a question and gets back exactly one answer.
@@ -59,6 +60,14 @@ pub struct ServeArgs {
     #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000)]
     pub max_streams: usize,
 
+    /// The longest `response_policy.timeout` a gate may ask for.
+    #[arg(long, env = "GATEHOUSE_MAX_TIMEOUT", default_value = "7d", value_parser = parse_duration)]
+    pub max_timeout: Duration,
+
+    /// Open gates one session may hold; more get `503 gate_capacity`.
+    #[arg(long, env = "GATEHOUSE_MAX_OPEN_GATES", default_value_t = 1000)]
+    pub max_open_gates: usize,
+
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
     /// the writer before every transaction.
     #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
@@ -79,6 +88,8 @@ impl fmt::Debug for ServeArgs {
             .field("heartbeat", &self.heartbeat)
             .field("stream_stall", &self.stream_stall)
             .field("max_streams", &self.max_streams)
+            .field("max_timeout", &self.max_timeout)
+            .field("max_open_gates", &self.max_open_gates)
             .finish_non_exhaustive()
     }
 }
@@ -117,6 +128,8 @@ pub struct TestHooks {
     pub before_commit: Option<BeforeCommit>,
     /// Receives the server's bus once it runs, so a test can see who is waiting.
     pub bus: Option<Arc<OnceLock<Arc<Bus>>>>,
+    /// Receives the armed-deadline counter once the timer runs.
+    pub armed: Option<Arc<OnceLock<Arc<Armed>>>>,
 }
 
 /// `1048576`, `512KiB`, `1MiB` (K and M are read as KiB and MiB).

@@ -16,8 +16,8 @@ pub enum ApiError {
     InvalidParameter(String),
     #[error("{message}")]
     InvalidBody { message: String, fields: Vec<FieldError> },
-    #[error("action {0:?} is not among the gate's controls")]
-    GateActionInvalid(String),
+    #[error("the action is not among the gate's controls")]
+    GateActionInvalid(Vec<FieldError>),
     #[error("the values do not fit the gate")]
     GateValuesInvalid(Vec<FieldError>),
     #[error("gate kind {0:?} is not supported (only harness.ask_user)")]
@@ -130,7 +130,9 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         let fields = match &self {
-            Self::InvalidBody { fields, .. } | Self::GateValuesInvalid(fields) => fields.as_slice(),
+            Self::InvalidBody { fields, .. } | Self::GateActionInvalid(fields) | Self::GateValuesInvalid(fields) => {
+                fields.as_slice()
+            }
             _ => &[],
         };
         let body = Envelope {

@@ -10,6 +10,7 @@ pub mod domain;
 pub mod error;
 pub mod http;
 pub mod store;
+pub mod timer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,8 @@ pub enum ServeError {
     Open(#[from] OpenError),
     #[error("the server failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error("cannot load the deadlines of open gates: {0}")]
+    Deadlines(store::StoreError),
 }
 
 /// How long shutdown waits for in-flight requests (a client still sending its body, say) before
@@ -70,9 +73,25 @@ pub async fn run(
         let _ = slot.set(Arc::clone(store.bus()));
     }
     let token = CancellationToken::new();
+    // Overdue gates are answered before the first request is served.
+    let armed = match timer::start(&store, token.clone()).await {
+        Ok(armed) => armed,
+        Err(e) => {
+            store.shutdown().await;
+            return Err(ServeError::Deadlines(e));
+        }
+    };
+    if let Some(slot) = &args.hooks.armed {
+        let _ = slot.set(armed);
+    }
     let state = AppState {
         store: store.clone(),
-        limits: Arc::new(Limits { max_body: args.max_body, heartbeat: args.heartbeat }),
+        limits: Arc::new(Limits {
+            max_body: args.max_body,
+            heartbeat: args.heartbeat,
+            max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
+            max_open_gates: args.max_open_gates,
+        }),
         streams: Arc::new(Semaphore::new(args.max_streams)),
         shutdown: token.clone(),
     };

@@ -163,7 +163,7 @@ mod tests {
         });
         open.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         let open: OpenGateIn = serde_json::from_value(open).unwrap();
-        open.validate().unwrap().gate(GateId::mint())
+        open.validate(crate::domain::gate::MAX_TIMEOUT_NANOS).unwrap().gate(GateId::mint())
     }
 
     fn check(gate: &Gate, body: Value) -> Result<Answer, AnswerRejection> {

@@ -111,10 +111,36 @@ pub struct Source {
     pub principal: Option<String>,
 }
 
-impl Source {
-    /// A person, through the API.
-    pub fn user(principal: Option<String>) -> Self {
-        Self { kind: "user", reason: None, principal }
+/// Who gave an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnsweredBy {
+    /// A person, through the API (with the credential's name once there are credentials).
+    Person { principal: Option<String> },
+    /// The gate's `respond` policy, at its deadline.
+    Timeout,
+}
+
+impl AnsweredBy {
+    fn source(&self) -> Source {
+        match self {
+            Self::Person { principal } => Source { kind: "user", reason: None, principal: principal.clone() },
+            Self::Timeout => Source { kind: "policy", reason: Some("timeout"), principal: None },
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Person { .. } => "answered",
+            Self::Timeout => "policy_response",
+        }
+    }
+
+    /// 1 for a person; 0 (omitted) for a policy.
+    fn agency(&self) -> u8 {
+        match self {
+            Self::Person { .. } => 1,
+            Self::Timeout => 0,
+        }
     }
 }
 
@@ -175,13 +201,13 @@ impl GateResolved {
         }
     }
 
-    /// A person's answer.
-    pub fn answered(at: Coordinates, created_at: Timestamp, gate_id: GateId, answer: &Answer, source: Source) -> Self {
+    /// An answer, by a person or by the policy.
+    pub fn answered(at: Coordinates, created_at: Timestamp, gate_id: GateId, answer: &Answer, by: &AnsweredBy) -> Self {
         Self {
             action: Some(answer.action.clone()),
             audit: Some(Audit { kind: "ask_user", data: AuditData { answer_preview: answer.preview() } }),
-            source: Some(source),
-            ..Self::new(at, created_at, gate_id, "answered")
+            source: Some(by.source()),
+            ..Self::new(at, created_at, gate_id, by.reason())
         }
     }
 
@@ -218,10 +244,10 @@ fn is_zero(n: &u8) -> bool {
 }
 
 impl<'a> ProvideUserInput<'a> {
-    /// A person's answer for the loop that asked.
-    pub fn from_person(at: Coordinates, created_at: Timestamp, gate: &Gate, answer: &'a Answer) -> Self {
+    /// An answer for the loop that asked.
+    pub fn new(at: Coordinates, created_at: Timestamp, gate: &Gate, answer: &'a Answer, by: &AnsweredBy) -> Self {
         Self {
-            agency: 1,
+            agency: by.agency(),
             answer: &answer.text,
             command_id: CommandId::mint(),
             created_at,

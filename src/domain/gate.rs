@@ -2,8 +2,9 @@
 //! (spec §5.1).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use super::answer::{Answer, AnswerRejection};
 use super::fields::{FieldCode, FieldError, check_text};
 use super::ids::{GateId, IdError, LoopId, StepId, ToolExecutionId, TurnId};
 
@@ -17,7 +18,7 @@ pub const MAX_QUESTION_BYTES: usize = 4096;
 pub const MAX_TITLE_BYTES: usize = 256;
 pub const MAX_CHOICES: usize = 64;
 pub const MAX_CHOICE_BYTES: usize = 256;
-/// The longest timeout a policy may ask for (7 days, in nanoseconds).
+/// The default longest timeout a policy may ask for (7 days, in nanoseconds).
 pub const MAX_TIMEOUT_NANOS: i64 = 7 * 24 * 3600 * 1_000_000_000;
 
 /// The public, durable description of one question. Field order is the harness's declaration
@@ -96,6 +97,9 @@ pub struct ResponsePolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<i64>,
     pub on_timeout: OnTimeout,
+    /// The answer recorded at the deadline (`respond` only); a valid answer of its gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<ResponseTemplate>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +107,17 @@ pub struct ResponsePolicy {
 pub enum OnTimeout {
     /// Record the deadline only; the gate waits for a person.
     Wait,
+    /// At the deadline, answer with the policy's template.
+    Respond,
+}
+
+/// A default answer, in the shape of an answer body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseTemplate {
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub values: Map<String, Value>,
 }
 
 impl Gate {
@@ -118,6 +133,11 @@ impl Gate {
     /// Nanoseconds after opening at which the policy may act, if any.
     pub fn timeout_nanos(&self) -> Option<i64> {
         self.response_policy.as_ref().and_then(|p| p.timeout)
+    }
+
+    /// The answer the policy gives at the deadline, if it answers at all.
+    pub fn default_answer(&self) -> Option<&ResponseTemplate> {
+        self.response_policy.as_ref().filter(|p| p.on_timeout == OnTimeout::Respond)?.response.as_ref()
     }
 }
 
@@ -157,7 +177,7 @@ struct ResponsePolicyIn {
     #[serde(default)]
     on_timeout: Option<String>,
     #[serde(default)]
-    response: Option<Value>,
+    response: Option<ResponseTemplate>,
 }
 
 /// Why an open request was refused.
@@ -167,6 +187,10 @@ pub enum OpenRejection {
     KindMismatch(String),
     /// One or more members are missing or out of bounds.
     Fields(Vec<FieldError>),
+    /// The `respond` template's action is not a control of this gate.
+    TemplateAction(Vec<FieldError>),
+    /// The `respond` template's values are not a valid answer of this gate.
+    TemplateValues(Vec<FieldError>),
 }
 
 /// A validated AskUser question: who asks, and the normalised content that decides whether a
@@ -200,8 +224,9 @@ impl AskContent {
 }
 
 impl OpenGateIn {
-    /// Checks every member and applies defaults, reporting all field problems at once.
-    pub fn validate(self) -> Result<AskUser, OpenRejection> {
+    /// Checks every member and applies defaults, reporting all field problems at once. A policy
+    /// may wait at most `max_timeout` nanoseconds.
+    pub fn validate(self, max_timeout: i64) -> Result<AskUser, OpenRejection> {
         let mut problems = Vec::new();
         let p = &mut problems;
         // `null` means absent, as the harness omits empty members.
@@ -246,16 +271,18 @@ impl OpenGateIn {
                 "allow_other is only meaningful together with choices",
             ));
         }
-        let response_policy = present(self.response_policy).and_then(|v| check_policy(p, v));
+        let response_policy = present(self.response_policy).and_then(|v| check_policy(p, v, max_timeout));
 
         if !problems.is_empty() {
             return Err(OpenRejection::Fields(problems));
         }
-        Ok(AskUser {
+        let ask = AskUser {
             loop_id: loop_id.expect("no problems means the id parsed"),
             tool_execution_id: tool_execution_id.expect("no problems means the id parsed"),
             content: AskContent { question, choices, allow_other, title, turn_id, step_id, response_policy },
-        })
+        };
+        ask.check_default_answer()?;
+        Ok(ask)
     }
 }
 
@@ -336,9 +363,9 @@ fn check_choices(problems: &mut Vec<FieldError>, raw: Value) -> Vec<String> {
     choices
 }
 
-/// Normalises a policy: without a timeout it is no policy (`wait` is the default and there is
-/// no deadline to record), so the omission rule and re-asks see the same thing either way.
-fn check_policy(problems: &mut Vec<FieldError>, raw: Value) -> Option<ResponsePolicy> {
+/// Normalises a policy: a `wait` without a timeout is no policy (there is no deadline to
+/// record), so the omission rule and re-asks see the same thing either way.
+fn check_policy(problems: &mut Vec<FieldError>, raw: Value, max_timeout: i64) -> Option<ResponsePolicy> {
     let policy: ResponsePolicyIn = match serde_json::from_value(raw) {
         Ok(policy) => policy,
         Err(e) => {
@@ -347,41 +374,70 @@ fn check_policy(problems: &mut Vec<FieldError>, raw: Value) -> Option<ResponsePo
         }
     };
     let before = problems.len();
-    if let Some(t) = policy.timeout.filter(|t| !(1..=MAX_TIMEOUT_NANOS).contains(t)) {
+    if let Some(t) = policy.timeout.filter(|t| !(1..=max_timeout).contains(t)) {
         problems.push(FieldError::new(
             "/response_policy/timeout",
             FieldCode::OutOfRange,
-            format!("timeout is in nanoseconds: more than 0 and at most 7 days (got {t})"),
+            format!("timeout is in nanoseconds: more than 0 and at most {max_timeout} (got {t})"),
         ));
     }
-    match policy.on_timeout.as_deref() {
-        None | Some("wait") => {}
-        // Timeout answers arrive with the timer; until then refusing beats silently waiting.
-        Some("respond") => problems.push(FieldError::new(
-            "/response_policy/on_timeout",
-            FieldCode::OutOfRange,
-            "on_timeout \"respond\" is not supported yet; use \"wait\"",
+    let on_timeout = match policy.on_timeout.as_deref() {
+        None | Some("wait") => OnTimeout::Wait,
+        Some("respond") => OnTimeout::Respond,
+        Some(other) => {
+            problems.push(FieldError::new(
+                "/response_policy/on_timeout",
+                FieldCode::OutOfRange,
+                format!("on_timeout must be \"wait\" or \"respond\" (got {other:?})"),
+            ));
+            OnTimeout::Wait
+        }
+    };
+    match (on_timeout, &policy.response) {
+        (OnTimeout::Respond, None) => problems.push(FieldError::new(
+            "/response_policy/response",
+            FieldCode::Required,
+            "on_timeout \"respond\" needs the response to give",
         )),
-        Some(other) => problems.push(FieldError::new(
-            "/response_policy/on_timeout",
-            FieldCode::OutOfRange,
-            format!("on_timeout must be \"wait\" (got {other:?})"),
-        )),
-    }
-    if policy.response.is_some() {
-        problems.push(FieldError::new(
+        (OnTimeout::Wait, Some(_)) => problems.push(FieldError::new(
             "/response_policy/response",
             FieldCode::UnknownKey,
-            "response is only allowed with on_timeout \"respond\"",
+            "a response is only given with on_timeout \"respond\"",
+        )),
+        _ => {}
+    }
+    if on_timeout == OnTimeout::Respond && policy.timeout.is_none() {
+        problems.push(FieldError::new(
+            "/response_policy/timeout",
+            FieldCode::Required,
+            "on_timeout \"respond\" needs a timeout",
         ));
     }
-    if problems.len() > before {
+    if problems.len() > before || policy.timeout.is_none() {
         return None;
     }
-    policy.timeout.map(|timeout| ResponsePolicy { timeout: Some(timeout), on_timeout: OnTimeout::Wait })
+    Some(ResponsePolicy { timeout: policy.timeout, on_timeout, response: policy.response })
 }
 
 impl AskUser {
+    /// A `respond` template must itself be a valid answer of the gate it belongs to.
+    fn check_default_answer(&self) -> Result<(), OpenRejection> {
+        let gate = self.gate(GateId::mint());
+        let Some(template) = gate.default_answer() else { return Ok(()) };
+        const AT: &str = "/response_policy/response";
+        match Answer::check(&gate, Some(&template.action), Some(&template.values)) {
+            Ok(_) => Ok(()),
+            Err(AnswerRejection::Action(action)) => Err(OpenRejection::TemplateAction(vec![FieldError::new(
+                format!("{AT}/action"),
+                FieldCode::NotAChoice,
+                format!("action {action:?} is not among the gate's controls"),
+            )])),
+            Err(AnswerRejection::Values(fields)) => Err(OpenRejection::TemplateValues(
+                fields.into_iter().map(|f| FieldError { path: format!("{AT}{}", f.path), ..f }).collect(),
+            )),
+        }
+    }
+
     /// The envelope of the gate this question opens.
     pub fn gate(&self, id: GateId) -> Gate {
         let c = &self.content;
@@ -438,7 +494,7 @@ mod tests {
         let ask = body(serde_json::json!({
             "loop_id": LOOP, "tool_execution_id": TOOL, "question": "Which?", "choices": ["a", "b"]
         }))
-        .validate()
+        .validate(MAX_TIMEOUT_NANOS)
         .unwrap();
         let gate = ask.gate(GateId::mint());
         assert_eq!(gate.prompt.title, "User input requested");
@@ -454,7 +510,7 @@ mod tests {
             "loop_id": "nope", "question": "  ", "choices": ["a", "a", "", 5], "allow_other": true,
             "title": 7, "response_policy": {"on_timeout": "respond", "timeout": 0}
         }))
-        .validate()
+        .validate(MAX_TIMEOUT_NANOS)
         .unwrap_err();
         let OpenRejection::Fields(fields) = err else { panic!("{err:?}") };
         let got: Vec<_> = fields.iter().map(|f| (f.path.as_str(), f.code)).collect();
@@ -469,7 +525,7 @@ mod tests {
                 ("/choices/2", FieldCode::Empty),
                 ("/choices/3", FieldCode::Type),
                 ("/response_policy/timeout", FieldCode::OutOfRange),
-                ("/response_policy/on_timeout", FieldCode::OutOfRange),
+                ("/response_policy/response", FieldCode::Required),
             ]
         );
     }
@@ -477,11 +533,11 @@ mod tests {
     #[test]
     fn a_policy_without_timeout_is_no_policy() {
         let base = serde_json::json!({"loop_id": LOOP, "tool_execution_id": TOOL, "question": "Q"});
-        let plain = body(base.clone()).validate().unwrap();
+        let plain = body(base.clone()).validate(MAX_TIMEOUT_NANOS).unwrap();
         for policy in [serde_json::json!({}), serde_json::json!({"on_timeout": "wait"}), serde_json::Value::Null] {
             let mut with = base.clone();
             with["response_policy"] = policy;
-            let ask = body(with).validate().unwrap();
+            let ask = body(with).validate(MAX_TIMEOUT_NANOS).unwrap();
             assert_eq!(ask.content.canonical(), plain.content.canonical());
             assert!(ask.gate(GateId::mint()).response_policy.is_none(), "omitted when empty");
         }
@@ -498,18 +554,18 @@ mod tests {
         ] {
             let mut with = base.clone();
             with[member] = value;
-            let OpenRejection::Fields(fields) = body(with).validate().unwrap_err() else { panic!() };
+            let OpenRejection::Fields(fields) = body(with).validate(MAX_TIMEOUT_NANOS).unwrap_err() else { panic!() };
             assert_eq!(fields[0].path, path);
         }
     }
 
     #[test]
     fn other_kinds_are_a_mismatch() {
-        let err = body(serde_json::json!({"kind": "harness.permission"})).validate().unwrap_err();
+        let err = body(serde_json::json!({"kind": "harness.permission"})).validate(MAX_TIMEOUT_NANOS).unwrap_err();
         assert_eq!(err, OpenRejection::KindMismatch("harness.permission".into()));
-        let err = body(serde_json::json!({"kind": 5})).validate().unwrap_err();
+        let err = body(serde_json::json!({"kind": 5})).validate(MAX_TIMEOUT_NANOS).unwrap_err();
         assert!(matches!(err, OpenRejection::Fields(_)));
-        let err = body(serde_json::json!({"kind": "harness.permission"})).validate().unwrap_err();
+        let err = body(serde_json::json!({"kind": "harness.permission"})).validate(MAX_TIMEOUT_NANOS).unwrap_err();
         assert_eq!(err, OpenRejection::KindMismatch("harness.permission".into()));
     }
 }

@@ -11,7 +11,7 @@ pub mod time;
 pub mod view;
 
 pub use answer::{Answer, AnswerIn, AnswerRejection, CloseIn, CloseReason};
-pub use events::{Coordinates, GateOpened, GateResolved, ProvideUserInput, UserInputRequested};
+pub use events::{AnsweredBy, Coordinates, GateOpened, GateResolved, ProvideUserInput, UserInputRequested};
 pub use fields::{FieldCode, FieldError};
 pub use gate::{AskUser, Gate, OpenGateIn, OpenRejection};
 pub use ids::{CommandId, EventId, GateId, IdError, LoopId, SessionId, StepId, ToolExecutionId, TurnId};

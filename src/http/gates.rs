@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams};
 use super::{AppState, Route, SessionPath, json, limit, wait_deadline, wait_until};
 use crate::domain::{
-    Answer, AnswerIn, AnswerRejection, CloseIn, GateId, GateState, GateView, OpenGateIn, OpenRejection, SessionId,
+    Answer, AnswerIn, AnswerRejection, CloseIn, FieldCode, FieldError, GateId, GateState, GateView, OpenGateIn,
+    OpenRejection, SessionId,
 };
 use crate::error::ApiError;
-use crate::store::{self, AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListQuery, OpenOutcome};
+use crate::store::{
+    self, AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, OpenOutcome,
+};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -49,16 +52,19 @@ async fn open_gate(
     Params(SessionPath { session_id }): Params<SessionPath>,
     JsonBody(body): JsonBody<OpenGateIn>,
 ) -> Result<Response, ApiError> {
-    let ask = body.validate().map_err(|rejection| match rejection {
+    let ask = body.validate(state.limits.max_timeout_nanos).map_err(|rejection| match rejection {
         OpenRejection::KindMismatch(kind) => ApiError::GateKindMismatch(kind),
         OpenRejection::Fields(fields) => {
             ApiError::InvalidBody { message: "the gate request has invalid fields".into(), fields }
         }
+        OpenRejection::TemplateAction(fields) => ApiError::GateActionInvalid(fields),
+        OpenRejection::TemplateValues(fields) => ApiError::GateValuesInvalid(fields),
     })?;
-    let (status, view) = match state.store.open_gate(session_id, ask).await? {
+    let (status, view) = match state.store.open_gate(session_id, ask, state.limits.max_open_gates).await? {
         OpenOutcome::Created(view) => (StatusCode::CREATED, view),
         OpenOutcome::Existing(view) => (StatusCode::OK, view),
         OpenOutcome::Conflict(view) => return Err(ApiError::GateConflict(Box::new(view))),
+        OpenOutcome::Capacity => return Err(ApiError::GateCapacity("the session holds its maximum of open gates")),
     };
     let mut response = json(status, &view);
     response.headers_mut().insert(header::LOCATION, location(&view));
@@ -146,7 +152,11 @@ async fn answer_gate(
         return Err(ApiError::GateNotReady(resolution));
     }
     let checked = checked.map_err(|rejection| match rejection {
-        AnswerRejection::Action(action) => ApiError::GateActionInvalid(action),
+        AnswerRejection::Action(action) => ApiError::GateActionInvalid(vec![FieldError::new(
+            "/action",
+            FieldCode::NotAChoice,
+            format!("action {action:?} is not among the gate's controls"),
+        )]),
         AnswerRejection::Values(fields) => ApiError::GateValuesInvalid(fields),
     })?;
     let outcome = state.store.answer_gate(session_id, gate_id, checked, keyed).await?;
@@ -191,18 +201,30 @@ struct GateListing {
     next_after: Option<String>,
 }
 
-/// Cursors are opaque to clients; inside they name the order they belong to and the last
-/// `opened_seq` returned, so a cursor of one order cannot be replayed against another.
-fn cursor(newest_first: bool, opened_seq: i64) -> String {
-    format!("{}{opened_seq}", if newest_first { 'n' } else { 'o' })
+/// Cursors are opaque to clients; inside they name the order they belong to and the position of
+/// the last gate returned, so a cursor of one order cannot be replayed against another.
+fn cursor(order: ListOrder, last: &GateView) -> String {
+    match order {
+        ListOrder::Opened => format!("o{}", last.opened_seq),
+        ListOrder::Newest => format!("n{}", last.opened_seq),
+        ListOrder::Deadline => match last.deadline {
+            Some(deadline) => format!("d{}.{}", deadline.as_nanos(), last.opened_seq),
+            None => format!("d-.{}", last.opened_seq),
+        },
+    }
 }
 
-fn parse_cursor(newest_first: bool, raw: &str) -> Result<i64, ApiError> {
-    let expected = if newest_first { 'n' } else { 'o' };
-    raw.strip_prefix(expected)
-        .and_then(|n| n.parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing and order".into()))
+fn parse_cursor(order: ListOrder, raw: &str) -> Result<ListCursor, ApiError> {
+    let seq = |n: &str| n.parse::<i64>().ok().filter(|n| *n >= 0);
+    let parsed = match order {
+        ListOrder::Opened => raw.strip_prefix('o').and_then(seq).map(|s| ListCursor { deadline: None, opened_seq: s }),
+        ListOrder::Newest => raw.strip_prefix('n').and_then(seq).map(|s| ListCursor { deadline: None, opened_seq: s }),
+        ListOrder::Deadline => raw.strip_prefix('d').and_then(|rest| rest.split_once('.')).and_then(|(d, s)| {
+            let deadline = if d == "-" { None } else { Some(d.parse::<i64>().ok()?) };
+            Some(ListCursor { deadline, opened_seq: seq(s)? })
+        }),
+    };
+    parsed.ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing and order".into()))
 }
 
 async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Result<Response, ApiError> {
@@ -219,18 +241,21 @@ async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Res
             .into_iter()
             .collect(),
     };
-    let newest_first = match p.order.as_deref() {
-        None | Some("opened") => false,
-        Some("newest") => true,
+    let order = match p.order.as_deref() {
+        None | Some("opened") => ListOrder::Opened,
+        Some("newest") => ListOrder::Newest,
+        Some("deadline") => ListOrder::Deadline,
         Some(other) => {
-            return Err(ApiError::InvalidParameter(format!("order must be opened or newest (got {other:?})")));
+            return Err(ApiError::InvalidParameter(format!(
+                "order must be opened, newest or deadline (got {other:?})"
+            )));
         }
     };
-    let after = p.after.as_deref().map(|raw| parse_cursor(newest_first, raw)).transpose()?;
-    let query = ListQuery { session, states, newest_first, limit: limit(p.limit)?, after };
+    let after = p.after.as_deref().map(|raw| parse_cursor(order, raw)).transpose()?;
+    let query = ListQuery { session, states, order, limit: limit(p.limit)?, after };
     let listing = state.store.list_gates(query).await?;
     let next_after = match listing.gates.last() {
-        Some(last) if listing.more => Some(cursor(newest_first, last.opened_seq)),
+        Some(last) if listing.more => Some(cursor(order, last)),
         _ => None,
     };
     let body = GateListing { gates: listing.gates, journal_seq: listing.journal_seq, next_after };

@@ -38,6 +38,10 @@ pub struct Limits {
     pub max_body: usize,
     /// How often streams send `: ping`.
     pub heartbeat: Duration,
+    /// The longest timeout a policy may ask for, in nanoseconds.
+    pub max_timeout_nanos: i64,
+    /// Open gates one session may hold.
+    pub max_open_gates: usize,
 }
 
 /// What every handler can reach: cheap clonable handles.

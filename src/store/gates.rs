@@ -8,9 +8,9 @@ use serde_json::value::RawValue;
 use super::row::{id, raw_json, raw_json_opt};
 use super::{StoreError, inbox, journal};
 use crate::bus::Effect;
-use crate::domain::events::{Source, to_json};
+use crate::domain::events::to_json;
 use crate::domain::{
-    Answer, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
+    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
     ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 
@@ -74,14 +74,18 @@ pub enum OpenOutcome {
     Existing(GateView),
     /// The same tool execution asked something different (409 `gate_conflict`).
     Conflict(GateView),
+    /// The session already holds its maximum of open gates (503 `gate_capacity`).
+    Capacity,
 }
 
 /// Opens a gate, or finds the one this tool execution already opened. Lookup and insert run in
-/// one writer job, so concurrent identical re-asks cannot both insert.
+/// one writer job, so concurrent identical re-asks cannot both insert. The re-ask check comes
+/// before the cap, so a re-ask at the cap still finds its gate.
 pub fn open(
     conn: &Connection,
     session: SessionId,
     ask: &AskUser,
+    max_open: usize,
     effects: &mut Vec<Effect>,
 ) -> Result<OpenOutcome, StoreError> {
     let content = ask.content.canonical();
@@ -98,6 +102,12 @@ pub fn open(
         let view = view(conn, gate_id)?;
         return Ok(if stored == content { OpenOutcome::Existing(view) } else { OpenOutcome::Conflict(view) });
     }
+    let open: i64 = conn
+        .prepare_cached("SELECT count(*) FROM gates WHERE session_id = ?1 AND state = 'open'")?
+        .query_row([session.to_string()], |r| r.get(0))?;
+    if open as usize >= max_open {
+        return Ok(OpenOutcome::Capacity);
+    }
 
     let gate = ask.gate(GateId::mint());
     let now = Timestamp::now();
@@ -106,10 +116,12 @@ pub fn open(
     let opened_seq = journal::append(conn, effects, session, gate.id, GateOpened::TYPE, opened)?;
     let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
     journal::append(conn, effects, session, gate.id, UserInputRequested::TYPE, requested)?;
-    let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t).as_nanos());
+    let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
+    let respond_at = deadline.filter(|_| gate.default_answer().is_some());
     conn.prepare_cached(
-        "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at, deadline)
-         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at,
+                            deadline, respond_at)
+         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         gate.id.to_string(),
@@ -120,8 +132,12 @@ pub fn open(
         to_json(&gate),
         opened_seq,
         now.as_nanos(),
-        deadline,
+        deadline.map(Timestamp::as_nanos),
+        respond_at.map(Timestamp::as_nanos),
     ])?;
+    if let Some(at) = respond_at {
+        effects.push(Effect::Deadline(gate.id, at));
+    }
     Ok(OpenOutcome::Created(view(conn, gate.id)?))
 }
 
@@ -194,17 +210,72 @@ pub fn answer(
     key: Option<&Idempotency>,
     effects: &mut Vec<Effect>,
 ) -> Result<AnswerOutcome, StoreError> {
-    let Some(Claimed { loop_id, gate }) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key)? else {
+    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key)? else {
         // Lost the race (or never had a chance): the same key check as before the claim.
         return not_open(conn, session, gate_id, key);
     };
+    let by = AnsweredBy::Person { principal: None };
+    let seq = deliver(conn, effects, session, gate_id, claimed, answer, &by)?;
+    Ok(AnswerOutcome::Accepted { journal_seq: seq })
+}
+
+/// After a claim: append `GateResolved` and put `ProvideUserInput` in the owning loop's inbox.
+fn deliver(
+    conn: &Connection,
+    effects: &mut Vec<Effect>,
+    session: SessionId,
+    gate_id: GateId,
+    Claimed { loop_id, gate }: Claimed,
+    answer: &Answer,
+    by: &AnsweredBy,
+) -> Result<i64, StoreError> {
     let now = Timestamp::now();
     let at = Coordinates::of(session, &gate, loop_id);
-    let seq = resolve(conn, effects, session, &GateResolved::answered(at, now, gate_id, answer, Source::user(None)))?;
-    let command = ProvideUserInput::from_person(at, now, &gate, answer);
+    let seq = resolve(conn, effects, session, &GateResolved::answered(at, now, gate_id, answer, by))?;
+    let command = ProvideUserInput::new(at, now, &gate, answer, by);
     inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
     effects.push(Effect::Inbox(session, loop_id));
-    Ok(AnswerOutcome::Accepted { journal_seq: seq })
+    Ok(seq)
+}
+
+/// What a deadline did to its gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// The policy's answer won; this is its `GateResolved` seq.
+    Answered(i64),
+    /// The gate was no longer open (a person or a close won), or is unknown.
+    Moot,
+}
+
+/// The timer's claim: answers each still-open gate with its policy's template, through the same
+/// claim as a person's answer, so whichever commits first wins.
+pub fn expire(conn: &Connection, gates: &[GateId], effects: &mut Vec<Effect>) -> Result<Vec<Expiry>, StoreError> {
+    gates
+        .iter()
+        .map(|&gate_id| {
+            let Some(record) = find(conn, gate_id)?.filter(|r| r.view.state == GateState::Open) else {
+                return Ok(Expiry::Moot);
+            };
+            let gate = record.gate()?;
+            let Some(template) = gate.default_answer() else { return Ok(Expiry::Moot) };
+            let answer = Answer::check(&gate, Some(&template.action), Some(&template.values))
+                .map_err(|e| StoreError::Internal(format!("gate {gate_id} has an invalid default answer: {e:?}")))?;
+            let session = record.view.session_id;
+            let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None)? else {
+                return Ok(Expiry::Moot);
+            };
+            Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, claimed, &answer, &AnsweredBy::Timeout)?))
+        })
+        .collect()
+}
+
+/// Open gates whose policy answers at a deadline, soonest first.
+pub fn deadlines(conn: &Connection) -> rusqlite::Result<Vec<(GateId, Timestamp)>> {
+    conn.prepare_cached(
+        "SELECT gate_id, respond_at FROM gates WHERE state = 'open' AND respond_at IS NOT NULL ORDER BY respond_at",
+    )?
+    .query_map([], |r| Ok((id(r, 0, GateId::parse)?, Timestamp::from_nanos(r.get(1)?))))?
+    .collect()
 }
 
 /// The result of a close.
@@ -293,16 +364,33 @@ fn parse_gate(json: &str) -> Result<Gate, StoreError> {
     serde_json::from_str(json).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))
 }
 
+/// The orders a listing can come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListOrder {
+    /// Oldest first.
+    Opened,
+    /// Newest first.
+    Newest,
+    /// Soonest deadline first; gates without a deadline last (oldest first among them).
+    Deadline,
+}
+
+/// Where the previous page of a listing ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListCursor {
+    pub deadline: Option<i64>,
+    pub opened_seq: i64,
+}
+
 /// Which gates a listing wants.
 #[derive(Debug, Clone)]
 pub struct ListQuery {
     pub session: Option<SessionId>,
     /// Empty means every state.
     pub states: Vec<GateState>,
-    pub newest_first: bool,
+    pub order: ListOrder,
     pub limit: usize,
-    /// The `opened_seq` of the last gate of the previous page.
-    pub after: Option<i64>,
+    pub after: Option<ListCursor>,
 }
 
 /// A page of gates and the journal head read in the same read transaction.
@@ -336,13 +424,29 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
         clauses.push(format!("g.state IN ({})", marks.join(", ")));
     }
     if let Some(after) = q.after {
-        args.push(SqlValue::Integer(after));
-        clauses.push(format!("g.opened_seq {} ?{}", if q.newest_first { "<" } else { ">" }, args.len()));
+        args.push(SqlValue::Integer(after.opened_seq));
+        let seq = args.len();
+        clauses.push(match (q.order, after.deadline) {
+            (ListOrder::Opened, _) => format!("g.opened_seq > ?{seq}"),
+            (ListOrder::Newest, _) => format!("g.opened_seq < ?{seq}"),
+            (ListOrder::Deadline, None) => format!("(g.deadline IS NULL AND g.opened_seq > ?{seq})"),
+            (ListOrder::Deadline, Some(deadline)) => {
+                args.push(SqlValue::Integer(deadline));
+                let d = args.len();
+                format!(
+                    "(g.deadline IS NULL OR g.deadline > ?{d} OR (g.deadline = ?{d} AND g.opened_seq > ?{seq}))"
+                )
+            }
+        });
     }
     let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
     args.push(SqlValue::Integer(q.limit as i64 + 1));
-    let order = if q.newest_first { "DESC" } else { "ASC" };
-    let sql = format!("{SELECT_RECORD} {filter} ORDER BY g.opened_seq {order} LIMIT ?{}", args.len());
+    let order = match q.order {
+        ListOrder::Opened => "g.opened_seq ASC",
+        ListOrder::Newest => "g.opened_seq DESC",
+        ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
+    };
+    let sql = format!("{SELECT_RECORD} {filter} ORDER BY {order} LIMIT ?{}", args.len());
     let mut gates = tx
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), |r| record(r).map(|r| r.view))?

@@ -17,7 +17,9 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-pub use gates::{AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListQuery, Listing, OpenOutcome};
+pub use gates::{
+    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, Listing, OpenOutcome,
+};
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, Health};
 
@@ -261,9 +263,20 @@ impl Store {
         }
     }
 
-    /// Opens a gate or finds the one this tool execution already opened.
-    pub async fn open_gate(&self, session: SessionId, ask: AskUser) -> Result<OpenOutcome, StoreError> {
-        self.write(move |conn, effects| gates::open(conn, session, &ask, effects)).await
+    /// Opens a gate or finds the one this tool execution already opened; a session holds at most
+    /// `max_open` open gates.
+    pub async fn open_gate(&self, session: SessionId, ask: AskUser, max_open: usize) -> Result<OpenOutcome, StoreError> {
+        self.write(move |conn, effects| gates::open(conn, session, &ask, max_open, effects)).await
+    }
+
+    /// Answers each still-open gate with its policy's default answer (the timer's claim).
+    pub async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
+        self.write(move |conn, effects| gates::expire(conn, &gates, effects)).await
+    }
+
+    /// Open gates whose policy answers at a deadline, soonest first.
+    pub async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
+        self.read(gates::deadlines).await
     }
 
     /// Claims, journals and enqueues an answer that was already checked against its gate.

@@ -44,6 +44,7 @@ CREATE TABLE gates (
     opened_seq        INTEGER NOT NULL REFERENCES journal (seq),
     opened_at         INTEGER NOT NULL, -- ns since the epoch
     deadline          INTEGER,          -- ns since the epoch
+    respond_at        INTEGER,          -- the deadline, when the policy answers at it
     resolved_seq      INTEGER REFERENCES journal (seq),
     answer            TEXT,
     idempotency_key   TEXT,             -- the winner's key and answer fingerprint only
@@ -53,6 +54,10 @@ CREATE TABLE gates (
 ) STRICT;
 CREATE INDEX gates_by_session ON gates (session_id, opened_seq);
 CREATE INDEX gates_by_state ON gates (state, opened_seq);
+CREATE INDEX gates_by_deadline ON gates (deadline, opened_seq);
+-- What the open-gates cap counts, and what the timer arms at start-up.
+CREATE INDEX gates_open_by_session ON gates (session_id) WHERE state = 'open';
+CREATE INDEX gates_due ON gates (respond_at) WHERE state = 'open' AND respond_at IS NOT NULL;
 
 -- Per-loop durable command queues. Rows are kept after the ack (`acked_at`).
 CREATE TABLE inbox (

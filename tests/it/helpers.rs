@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use gatehouse::ServeArgs;
 use gatehouse::bus::Bus;
+use gatehouse::timer::Armed;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -27,6 +28,16 @@ pub const NET_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bounds a future; a hang fails the test instead of eating CI time.
 pub async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(NET_TIMEOUT, fut).await.unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// Polls `check` until it holds (bounded); for effects that arrive after a commit.
+pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    bounded(what, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
 }
 
 /// A fresh random UUID (lower case).
@@ -84,6 +95,12 @@ pub struct Client {
 impl Client {
     pub fn new(base: String) -> Self {
         let http = reqwest::Client::builder().no_proxy().build().expect("client");
+        Self { base, http }
+    }
+
+    /// A client that opens a connection per request and closes it after.
+    pub fn without_keep_alive(base: String) -> Self {
+        let http = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).build().expect("client");
         Self { base, http }
     }
 
@@ -183,6 +200,8 @@ pub struct TestApp {
     pub client: Client,
     /// The server's bus, to see who is waiting.
     bus: Arc<OnceLock<Arc<Bus>>>,
+    /// The server's armed-deadline counter.
+    armed: Arc<OnceLock<Arc<Armed>>>,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), gatehouse::ServeError>>>,
     _dir: Option<TempDir>,
@@ -216,6 +235,8 @@ impl TestApp {
         let mut args = ServeArgs::new(db, addr);
         let bus = Arc::new(OnceLock::new());
         args.hooks.bus = Some(Arc::clone(&bus));
+        let armed = Arc::new(OnceLock::new());
+        args.hooks.armed = Some(Arc::clone(&armed));
         adjust(&mut args);
         let (tx, rx) = oneshot::channel::<()>();
         let server = tokio::spawn(gatehouse::serve(args, listener, async {
@@ -224,6 +245,7 @@ impl TestApp {
         Self {
             client: Client::new(format!("http://{addr}")),
             bus,
+            armed,
             shutdown: Some(tx),
             server: Some(server),
             _dir: None,
@@ -242,6 +264,11 @@ impl TestApp {
         let session = gatehouse::domain::SessionId::parse(session).unwrap();
         let loop_id = gatehouse::domain::LoopId::parse(loop_id).unwrap();
         self.until_parked(|bus| bus.inbox_interest(session, loop_id) >= count).await;
+    }
+
+    /// How many deadlines the server's timer has armed.
+    pub fn armed_deadlines(&self) -> usize {
+        self.armed.get().map_or(0, |armed| armed.get())
     }
 
     async fn until_parked(&self, parked: impl Fn(&Bus) -> bool) {

@@ -12,3 +12,4 @@ mod helpers;
 mod inbox;
 mod readme;
 mod streams;
+mod timeouts;

@@ -1,0 +1,158 @@
+//! Deadlines (spec §8): one task holds every armed deadline in a heap and, when gates fall due,
+//! answers them with their policy's template through the writer (the same claim as a person's,
+//! so the first commit wins). Deadlines are armed only after the open commits and dropped after
+//! the resolution commits (both arrive as `DeadlineChange`s from the bus); a claim that fails on
+//! storage trouble is retried with backoff, never dropped.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::DeadlineChange;
+use crate::domain::{GateId, Timestamp};
+use crate::store::{Expiry, Store, StoreError};
+
+/// How many due gates one writer job answers.
+const BATCH: usize = 256;
+/// Retry delays after a failed claim: 1 s, 2 s, 4 s, … at most 30 s.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(30);
+
+/// How many deadlines are armed right now (a counter for tests and metrics).
+#[derive(Debug, Default)]
+pub struct Armed(AtomicUsize);
+
+impl Armed {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Resolves every overdue gate through the writer, then starts the timer task for the rest.
+/// Called before the listener serves its first request.
+pub async fn start(store: &Store, shutdown: CancellationToken) -> Result<Arc<Armed>, StoreError> {
+    let feed = store.bus().take_deadline_feed().expect("one timer task per store");
+    let mut timer = Timer {
+        store: store.clone(),
+        heap: BinaryHeap::new(),
+        armed: HashMap::new(),
+        retries: HashMap::new(),
+        count: Arc::default(),
+    };
+    for (gate, at) in store.deadlines().await? {
+        timer.arm(gate, at);
+    }
+    let overdue = timer.due(Timestamp::now());
+    if !overdue.is_empty() {
+        tracing::info!(gates = overdue.len(), "answering gates whose deadline passed while the server was down");
+        timer.fire(overdue).await;
+    }
+    let count = Arc::clone(&timer.count);
+    tokio::spawn(timer.run(feed, shutdown));
+    Ok(count)
+}
+
+struct Timer {
+    store: Store,
+    /// (deadline, gate); entries whose gate is no longer armed at that deadline are stale.
+    heap: BinaryHeap<Reverse<(Timestamp, GateId)>>,
+    armed: HashMap<GateId, Timestamp>,
+    /// Failed claims so far, per gate, for the backoff.
+    retries: HashMap<GateId, u32>,
+    count: Arc<Armed>,
+}
+
+impl Timer {
+    async fn run(mut self, mut feed: mpsc::UnboundedReceiver<DeadlineChange>, shutdown: CancellationToken) {
+        loop {
+            let next = self.next_deadline();
+            tokio::select! {
+                change = feed.recv() => match change {
+                    Some(DeadlineChange::Armed(gate, at)) => self.arm(gate, at),
+                    Some(DeadlineChange::Settled(gate)) => self.disarm(gate),
+                    None => return,
+                },
+                () = sleep_until_wall(next), if next.is_some() => {
+                    let due = self.due(Timestamp::now());
+                    self.fire(due).await;
+                }
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    fn arm(&mut self, gate: GateId, at: Timestamp) {
+        self.armed.insert(gate, at);
+        self.heap.push(Reverse((at, gate)));
+        self.count.0.store(self.armed.len(), Ordering::Relaxed);
+    }
+
+    fn disarm(&mut self, gate: GateId) {
+        if self.armed.remove(&gate).is_some() {
+            self.retries.remove(&gate);
+            self.count.0.store(self.armed.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// The soonest live deadline (stale heap entries are dropped on the way).
+    fn next_deadline(&mut self) -> Option<Timestamp> {
+        while let Some(Reverse((at, gate))) = self.heap.peek().copied() {
+            if self.armed.get(&gate) == Some(&at) {
+                return Some(at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Takes the gates due at `now` off the heap (they stay armed until their claim commits).
+    fn due(&mut self, now: Timestamp) -> Vec<GateId> {
+        let mut due = Vec::new();
+        while let Some(at) = self.next_deadline().filter(|at| *at <= now) {
+            let Reverse((_, gate)) = self.heap.pop().expect("peeked");
+            due.push(gate);
+            debug_assert!(self.armed.get(&gate) == Some(&at));
+        }
+        due
+    }
+
+    /// Answers due gates in batches. A gate whose claim committed (or was moot) is disarmed; one
+    /// whose batch failed is re-armed a little later.
+    async fn fire(&mut self, due: Vec<GateId>) {
+        for batch in due.chunks(BATCH) {
+            match self.store.expire_gates(batch.to_vec()).await {
+                Ok(outcomes) => {
+                    for (gate, outcome) in batch.iter().zip(outcomes) {
+                        if let Expiry::Answered(seq) = outcome {
+                            tracing::info!(gate_id = %gate, journal_seq = seq, "answered by its timeout policy");
+                        }
+                        self.disarm(*gate);
+                    }
+                }
+                Err(e) => {
+                    for gate in batch {
+                        let tries = self.retries.entry(*gate).or_default();
+                        let delay = FIRST_RETRY.saturating_mul(1 << (*tries).min(5)).min(LAST_RETRY);
+                        *tries += 1;
+                        tracing::warn!(gate_id = %gate, error = %e, ?delay, "a timeout answer failed; retrying");
+                        let retry_at = Timestamp::now().plus_nanos(delay.as_nanos() as i64);
+                        self.arm(*gate, retry_at);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps until a wall-clock instant (deadlines are wall clock, stored as nanoseconds).
+async fn sleep_until_wall(at: Option<Timestamp>) {
+    let Some(at) = at else { return std::future::pending().await };
+    let wait = at.as_nanos().saturating_sub(Timestamp::now().as_nanos()).max(0);
+    tokio::time::sleep_until(Instant::now() + Duration::from_nanos(wait as u64)).await;
+}

@@ -1,0 +1,216 @@
+//! Timeout policies (spec §8): deadlines recorded, default answers given through the same claim
+//! as a person's, durable across SIGKILL, one timer for all, caps and deadline ordering.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::helpers::{Client, ServerProcess, TestApp, ask, eventually, gate_id, uuid};
+
+const SECOND: i64 = 1_000_000_000;
+
+/// An open body whose policy answers `default` after `timeout_ns`.
+fn responding(loop_id: &str, timeout_ns: i64, default: &str) -> Value {
+    let mut body = ask(loop_id, &uuid(), "Which database?");
+    body["choices"] = json!(["postgres", "mysql"]);
+    body["response_policy"] =
+        json!({"timeout": timeout_ns, "on_timeout": "respond", "response": {"action": "answer", "values": {"answer": default}}});
+    body
+}
+
+fn resolutions(journal: &[Value], gate: &str) -> Vec<Value> {
+    journal.iter().filter(|e| e["event"]["type"] == "GateResolved" && e["event"]["gate_id"] == gate).map(|e| e["event"].clone()).collect()
+}
+
+#[tokio::test]
+async fn a_respond_policy_answers_with_its_template_at_the_deadline() {
+    let app = TestApp::spawn().await;
+    let (session, loop_id) = (uuid(), uuid());
+    let view = app.open(&session, &responding(&loop_id, SECOND, "postgres")).await;
+    let gate = gate_id(&view);
+    assert!(view["deadline"].is_string());
+    assert_eq!(view["gate"]["response_policy"]["on_timeout"], "respond");
+
+    let resolved = app.get(&format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=30")).await.expect(200).json();
+    assert_eq!(resolved["state"], "resolved");
+    assert_eq!(resolved["answer"], "postgres");
+    let resolution = &resolved["resolution"];
+    assert_eq!(resolution["reason"], "policy_response");
+    assert_eq!(resolution["action"], "answer");
+    assert_eq!(resolution["source"], json!({"kind": "policy", "reason": "timeout"}));
+    assert_eq!(resolution["audit"]["data"]["answer_preview"], "postgres");
+
+    let inbox = app.inbox(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["command"]["answer"], "postgres");
+    assert!(inbox[0]["command"].get("agency").is_none(), "a policy answer has no agency");
+    eventually("the deadline is disarmed", async || app.armed_deadlines() == 0).await;
+}
+
+#[tokio::test]
+async fn a_person_who_answers_first_wins_and_the_deadline_is_dropped() {
+    let app = TestApp::spawn().await;
+    let (session, loop_id) = (uuid(), uuid());
+    let gate = gate_id(&app.open(&session, &responding(&loop_id, SECOND, "postgres")).await);
+    assert_eq!(app.armed_deadlines(), 1, "armed once the open committed");
+    app.answer(&session, &gate, "mysql").await.expect(202);
+    eventually("the deadline is disarmed", async || app.armed_deadlines() == 0).await;
+
+    // Past the deadline, the person's answer is still the only one.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let journal = app.journal().await;
+    let resolved = resolutions(&journal, &gate);
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["reason"], "answered");
+    assert_eq!(resolved[0]["source"]["kind"], "user");
+    let inbox = app.inbox(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["command"]["answer"], "mysql");
+    assert_eq!(inbox[0]["command"]["agency"], 1);
+}
+
+#[tokio::test]
+async fn a_deadline_that_passed_while_the_server_was_down_is_answered_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gatehouse.db");
+    let (session, loop_id) = (uuid(), uuid());
+    let server = ServerProcess::start(&db);
+    let gate = gate_id(&server.open(&session, &responding(&loop_id, SECOND, "postgres")).await);
+    server.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let server = ServerProcess::start(&db);
+    // The very first request already sees it answered: overdue gates go before serving.
+    let view = server.view(&session, &gate).await;
+    assert_eq!(view["state"], "resolved");
+    assert_eq!(view["resolution"]["reason"], "policy_response");
+    let inbox = server.inbox(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["command"]["answer"], "postgres");
+}
+
+#[tokio::test]
+async fn a_thousand_deadlines_resolve_exactly_once_with_one_timer() {
+    let app = TestApp::spawn().await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    // A client without keep-alive, so no connection task outlives its request.
+    let client = Client::without_keep_alive(app.base.clone());
+    client.get("/healthz").await.expect(200);
+    // The baseline: the server's own long-lived tasks, once that first connection has closed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let baseline = metrics.num_alive_tasks();
+
+    let session = uuid();
+    let opened: Vec<String> = futures_util::stream::iter(0..1000)
+        .map(|i| {
+            let client = client.clone();
+            let session = session.clone();
+            async move {
+                // Deadlines spread over 1 to 3 s.
+                let body = responding(&uuid(), SECOND + i * 2_000_000, "postgres");
+                gate_id(&client.open(&session, &body).await)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert_eq!(opened.len(), 1000);
+
+    eventually("every gate is answered", async || {
+        let open = app.get(&format!("/v1/sessions/{session}/gates?state=open&limit=1")).await.expect(200).json();
+        open["gates"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let journal = app.get("/v1/journal?limit=1000&from_journal_seq=2001").await.expect(200).json();
+    let events = journal["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1000, "one GateResolved per gate, nothing more");
+    let mut gates: Vec<&str> = events.iter().map(|e| e["event"]["gate_id"].as_str().unwrap()).collect();
+    gates.sort();
+    gates.dedup();
+    assert_eq!(gates.len(), 1000);
+    assert!(events.iter().all(|e| e["event"]["reason"] == "policy_response"));
+    eventually("no deadline stays armed", async || app.armed_deadlines() == 0).await;
+    eventually("no task per gate outlives it", async || metrics.num_alive_tasks() <= baseline).await;
+}
+
+#[tokio::test]
+async fn bad_policies_and_the_open_gates_cap_give_the_documented_errors() {
+    let app = TestApp::spawn_with(|args| {
+        args.max_timeout = Duration::from_secs(3600);
+        args.max_open_gates = 2;
+    })
+    .await;
+    let session = uuid();
+    let path = format!("/v1/sessions/{session}/gates");
+    let field = |body: &Value| (body["error"]["fields"][0]["path"].as_str().unwrap_or("").to_owned(), body["error"]["fields"][0]["code"].as_str().unwrap_or("").to_owned());
+
+    let mut bad_action = responding(&uuid(), SECOND, "postgres");
+    bad_action["response_policy"]["response"]["action"] = json!("approve");
+    let body = app.post(&path, &bad_action).await.expect_error(400, "gate_action_invalid");
+    assert_eq!(field(&body), ("/response_policy/response/action".into(), "not_a_choice".into()));
+
+    let not_a_choice = responding(&uuid(), SECOND, "oracle");
+    let body = app.post(&path, &not_a_choice).await.expect_error(400, "gate_values_invalid");
+    assert_eq!(field(&body), ("/response_policy/response/values/answer".into(), "not_a_choice".into()));
+
+    let policy = |p: Value| {
+        let mut body = ask(&uuid(), &uuid(), "Q");
+        body["response_policy"] = p;
+        body
+    };
+    let cases = [
+        (json!({"timeout": SECOND, "on_timeout": "model_decide"}), "/response_policy/on_timeout", "out_of_range"),
+        (json!({"timeout": SECOND, "on_timeout": "respond"}), "/response_policy/response", "required"),
+        (json!({"on_timeout": "respond", "response": {"action": "answer", "values": {"answer": "x"}}}), "/response_policy/timeout", "required"),
+        (json!({"timeout": SECOND, "response": {"action": "answer", "values": {"answer": "x"}}}), "/response_policy/response", "unknown_key"),
+        (json!({"timeout": 7200 * SECOND}), "/response_policy/timeout", "out_of_range"),
+        (json!({"timeout": SECOND, "on_timeout": "respond", "response": {"action": "answer", "extra": 1}}), "/response_policy", "type"),
+    ];
+    for (p, path_, code) in cases {
+        let body = app.post(&path, &policy(p.clone())).await.expect_error(400, "invalid_body");
+        assert_eq!(field(&body), (path_.into(), code.into()), "{p}");
+    }
+
+    // The cap counts open gates of the session; a re-ask at the cap still finds its gate.
+    let first = ask(&uuid(), &uuid(), "one");
+    let gate = gate_id(&app.open(&session, &first).await);
+    app.open(&session, &ask(&uuid(), &uuid(), "two")).await;
+    let refused = app.post(&path, &ask(&uuid(), &uuid(), "three")).await.expect_error(503, "gate_capacity");
+    assert_eq!(refused["error"]["retryable"], true);
+    app.post(&path, &first).await.expect(200);
+    app.open(&uuid(), &ask(&uuid(), &uuid(), "another session")).await;
+    app.answer(&session, &gate, "done").await.expect(202);
+    app.open(&session, &ask(&uuid(), &uuid(), "three")).await;
+}
+
+#[tokio::test]
+async fn listings_order_by_deadline_with_gates_without_one_last() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let with = |minutes: i64, q: &str| {
+        let mut body = ask(&uuid(), &uuid(), q);
+        body["response_policy"] = json!({"timeout": minutes * 60 * SECOND, "on_timeout": "wait"});
+        body
+    };
+    let none_a = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "no deadline a")).await);
+    let late = gate_id(&app.open(&session, &with(30, "late")).await);
+    let soon = gate_id(&app.open(&session, &with(5, "soon")).await);
+    let none_b = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "no deadline b")).await);
+    let middle = gate_id(&app.open(&session, &with(10, "middle")).await);
+    assert_eq!(app.armed_deadlines(), 0, "wait policies record a deadline only");
+
+    let expected = [&soon, &middle, &late, &none_a, &none_b];
+    let mut seen = Vec::new();
+    let mut url = format!("/v1/sessions/{session}/gates?order=deadline&limit=2");
+    for _ in 0..5 {
+        let page = app.get(&url).await.expect(200).json();
+        seen.extend(page["gates"].as_array().unwrap().iter().map(gate_id));
+        match page.get("next_after").and_then(Value::as_str) {
+            Some(cursor) => url = format!("/v1/sessions/{session}/gates?order=deadline&limit=2&after={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected.map(|g| g.to_owned()));
+    app.get(&format!("/v1/gates?order=deadline&after=o5")).await.expect_error(400, "invalid_parameter");
+}
