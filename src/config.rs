@@ -10,8 +10,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::bus::Bus;
-use crate::timer::Armed;
 use crate::store::{BeforeCommit, Durability};
+use crate::timer::Armed;
 
 /// gatehouse: an AI agent asks a person a question and gets back exactly one answer.
 #[derive(Debug, Parser)]

@@ -10,8 +10,8 @@ use super::{StoreError, inbox, journal};
 use crate::bus::Effect;
 use crate::domain::events::to_json;
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
-    ProvideUserInput, SessionId, Timestamp, UserInputRequested,
+    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
+    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 
 const SELECT_RECORD: &str = "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
@@ -433,9 +433,7 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
             (ListOrder::Deadline, Some(deadline)) => {
                 args.push(SqlValue::Integer(deadline));
                 let d = args.len();
-                format!(
-                    "(g.deadline IS NULL OR g.deadline > ?{d} OR (g.deadline = ?{d} AND g.opened_seq > ?{seq}))"
-                )
+                format!("(g.deadline IS NULL OR g.deadline > ?{d} OR (g.deadline = ?{d} AND g.opened_seq > ?{seq}))")
             }
         });
     }

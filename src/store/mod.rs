@@ -18,7 +18,8 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 pub use gates::{
-    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, Listing, OpenOutcome,
+    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, Listing,
+    OpenOutcome,
 };
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, Health};
@@ -265,7 +266,12 @@ impl Store {
 
     /// Opens a gate or finds the one this tool execution already opened; a session holds at most
     /// `max_open` open gates.
-    pub async fn open_gate(&self, session: SessionId, ask: AskUser, max_open: usize) -> Result<OpenOutcome, StoreError> {
+    pub async fn open_gate(
+        &self,
+        session: SessionId,
+        ask: AskUser,
+        max_open: usize,
+    ) -> Result<OpenOutcome, StoreError> {
         self.write(move |conn, effects| gates::open(conn, session, &ask, max_open, effects)).await
     }
 

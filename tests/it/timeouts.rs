@@ -14,13 +14,16 @@ const SECOND: i64 = 1_000_000_000;
 fn responding(loop_id: &str, timeout_ns: i64, default: &str) -> Value {
     let mut body = ask(loop_id, &uuid(), "Which database?");
     body["choices"] = json!(["postgres", "mysql"]);
-    body["response_policy"] =
-        json!({"timeout": timeout_ns, "on_timeout": "respond", "response": {"action": "answer", "values": {"answer": default}}});
+    body["response_policy"] = json!({"timeout": timeout_ns, "on_timeout": "respond", "response": {"action": "answer", "values": {"answer": default}}});
     body
 }
 
 fn resolutions(journal: &[Value], gate: &str) -> Vec<Value> {
-    journal.iter().filter(|e| e["event"]["type"] == "GateResolved" && e["event"]["gate_id"] == gate).map(|e| e["event"].clone()).collect()
+    journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "GateResolved" && e["event"]["gate_id"] == gate)
+        .map(|e| e["event"].clone())
+        .collect()
 }
 
 #[tokio::test]
@@ -128,7 +131,9 @@ async fn a_thousand_deadlines_resolve_exactly_once_with_one_timer() {
     let mut from = 0;
     loop {
         let page = app.get(&format!("/v1/journal?limit=1000&from_journal_seq={from}")).await.expect(200).json();
-        events.extend(page["events"].as_array().unwrap().iter().filter(|e| e["event"]["type"] == "GateResolved").cloned());
+        events.extend(
+            page["events"].as_array().unwrap().iter().filter(|e| e["event"]["type"] == "GateResolved").cloned(),
+        );
         if page["done"] == true {
             break;
         }
@@ -158,7 +163,12 @@ async fn bad_policies_and_the_open_gates_cap_give_the_documented_errors() {
     .await;
     let session = uuid();
     let path = format!("/v1/sessions/{session}/gates");
-    let field = |body: &Value| (body["error"]["fields"][0]["path"].as_str().unwrap_or("").to_owned(), body["error"]["fields"][0]["code"].as_str().unwrap_or("").to_owned());
+    let field = |body: &Value| {
+        (
+            body["error"]["fields"][0]["path"].as_str().unwrap_or("").to_owned(),
+            body["error"]["fields"][0]["code"].as_str().unwrap_or("").to_owned(),
+        )
+    };
 
     let mut bad_action = responding(&uuid(), SECOND, "postgres");
     bad_action["response_policy"]["response"]["action"] = json!("approve");
@@ -177,10 +187,22 @@ async fn bad_policies_and_the_open_gates_cap_give_the_documented_errors() {
     let cases = [
         (json!({"timeout": SECOND, "on_timeout": "model_decide"}), "/response_policy/on_timeout", "out_of_range"),
         (json!({"timeout": SECOND, "on_timeout": "respond"}), "/response_policy/response", "required"),
-        (json!({"on_timeout": "respond", "response": {"action": "answer", "values": {"answer": "x"}}}), "/response_policy/timeout", "required"),
-        (json!({"timeout": SECOND, "response": {"action": "answer", "values": {"answer": "x"}}}), "/response_policy/response", "unknown_key"),
+        (
+            json!({"on_timeout": "respond", "response": {"action": "answer", "values": {"answer": "x"}}}),
+            "/response_policy/timeout",
+            "required",
+        ),
+        (
+            json!({"timeout": SECOND, "response": {"action": "answer", "values": {"answer": "x"}}}),
+            "/response_policy/response",
+            "unknown_key",
+        ),
         (json!({"timeout": 7200 * SECOND}), "/response_policy/timeout", "out_of_range"),
-        (json!({"timeout": SECOND, "on_timeout": "respond", "response": {"action": "answer", "extra": 1}}), "/response_policy", "type"),
+        (
+            json!({"timeout": SECOND, "on_timeout": "respond", "response": {"action": "answer", "extra": 1}}),
+            "/response_policy",
+            "type",
+        ),
     ];
     for (p, path_, code) in cases {
         let body = app.post(&path, &policy(p.clone())).await.expect_error(400, "invalid_body");
@@ -227,5 +249,5 @@ async fn listings_order_by_deadline_with_gates_without_one_last() {
         }
     }
     assert_eq!(seen, expected.map(|g| g.to_owned()));
-    app.get(&format!("/v1/gates?order=deadline&after=o5")).await.expect_error(400, "invalid_parameter");
+    app.get("/v1/gates?order=deadline&after=o5").await.expect_error(400, "invalid_parameter");
 }
