@@ -1,6 +1,7 @@
 //! The HTTP API: one module per resource, each listing its routes; `router` merges them. The
 //! route table is the router's only source, so the OpenAPI drift test can compare the two.
 
+mod assets;
 mod events;
 mod extract;
 mod gates;
@@ -74,7 +75,7 @@ impl Route {
 
 /// Every route of the API.
 pub fn routes() -> Vec<Route> {
-    [gates::routes(), loops::routes(), events::routes(), journal::routes(), meta::routes()]
+    [gates::routes(), loops::routes(), events::routes(), journal::routes(), meta::routes(), assets::routes()]
         .into_iter()
         .flatten()
         .collect()

@@ -343,6 +343,13 @@ async fn meta_routes() {
     assert_eq!(app.get("/readyz").await.expect(200).json(), json!({"status": "ready"}));
     let spec = app.get("/openapi.yaml").await.expect(200);
     assert_eq!(spec.body, std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap());
+    let page = app.get("/").await.expect(200);
+    assert_eq!(page.headers["content-type"], "text/html; charset=utf-8");
+    assert!(page.headers["content-security-policy"].to_str().unwrap().contains("default-src 'self'"));
+    assert!(String::from_utf8_lossy(&page.body).contains("/static/app.js"));
+    let script = app.get("/static/app.js").await.expect(200);
+    assert_eq!(script.headers["content-type"], "text/javascript; charset=utf-8");
+    app.get("/static/nope.js").await.expect_error(404, "not_found");
     // A graceful stop drains and returns cleanly.
     app.stop().await;
 }
