@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::bus::Bus;
 use crate::store::{BeforeCommit, Durability};
@@ -95,13 +95,15 @@ impl fmt::Debug for ServeArgs {
 }
 
 impl ServeArgs {
-    /// The defaults with another database and address (for tests and embedding).
+    /// The defaults with another database and address (for tests and embedding). Unlike the
+    /// command line, it reads no `GATEHOUSE_*` variables.
     pub fn new(db: impl Into<PathBuf>, bind: SocketAddr) -> Self {
-        let mut args = Cli::parse_from(["gatehouse", "serve"]);
-        let Command::Serve(serve) = &mut args.command;
+        let defaults = Cli::command().mut_subcommand("serve", |serve| serve.mut_args(|arg| arg.env(None)));
+        let matches = defaults.try_get_matches_from(["gatehouse", "serve"]).expect("the defaults parse");
+        let Command::Serve(mut serve) = Cli::from_arg_matches(&matches).expect("the defaults parse").command;
         serve.db = db.into();
         serve.bind = bind;
-        serve.clone()
+        serve
     }
 }
 
