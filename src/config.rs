@@ -1,5 +1,5 @@
 //! The command line: `gatehouse serve` and its flags, each with a `GATEHOUSE_*` environment
-//! fallback.
+//! fallback, and the client subcommands (`ask`, `answer`, `gates`, `tail`).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -25,6 +25,102 @@ pub struct Cli {
 pub enum Command {
     /// Run the gate server on an embedded SQLite file.
     Serve(ServeArgs),
+    /// Ask a person a question and print the answer (blocks until answered).
+    #[command(after_help = ASK_EXAMPLES)]
+    Ask(AskArgs),
+    /// Answer an open gate.
+    #[command(after_help = "Example:\n  gatehouse answer 9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f yes")]
+    Answer(AnswerArgs),
+    /// List gates as a table (open ones unless --all).
+    #[command(after_help = "Examples:\n  gatehouse gates\n  gatehouse gates --all\n  gatehouse gates --watch")]
+    Gates(GatesArgs),
+    /// Print journal events as JSON lines, then follow new ones.
+    #[command(after_help = "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type")]
+    Tail(TailArgs),
+}
+
+const ASK_EXAMPLES: &str =
+    "Exit codes: 0 answered, 2 withdrawn, 3 timed out without a default, 130 interrupted, 1 error.
+
+Examples:
+  gatehouse ask 'Deploy to prod?' --choice yes --choice no
+  gatehouse ask 'Which region?' --choice eu --choice us --allow-other --timeout 10m --default eu
+  if [ \"$(gatehouse ask 'Deploy?' --choice yes --choice no)\" = yes ]; then ./deploy.sh; fi";
+
+/// Where the server is (client subcommands).
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The gatehouse server.
+    #[arg(long, env = "GATEHOUSE_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+}
+
+/// Flags of `gatehouse ask`.
+#[derive(Debug, Clone, Args)]
+pub struct AskArgs {
+    /// The question.
+    pub question: String,
+    /// A choice (repeat for more); without any, the answer is free text.
+    #[arg(long = "choice", value_name = "C")]
+    pub choices: Vec<String>,
+    /// Accept free text besides the choices.
+    #[arg(long, requires = "choices")]
+    pub allow_other: bool,
+    /// Session id (default: a fresh one).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Loop id (default: a fresh one).
+    #[arg(long = "loop", value_name = "ID")]
+    pub loop_id: Option<String>,
+    /// Tool execution id; asking again with the same ids finds the same gate (default: fresh).
+    #[arg(long = "id", value_name = "ID")]
+    pub tool_execution_id: Option<String>,
+    /// Stop waiting after this long (e.g. 90s, 10m, 1h30m): answer with --default, or withdraw
+    /// the gate and exit 3.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The answer given when --timeout passes (recorded by the server as a timeout answer).
+    #[arg(long, value_name = "ANSWER", requires = "timeout")]
+    pub default: Option<String>,
+    /// Print the whole gate view as JSON instead of the answer alone.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse answer`.
+#[derive(Debug, Clone, Args)]
+pub struct AnswerArgs {
+    /// The gate to answer.
+    pub gate_id: String,
+    /// The answer.
+    pub answer: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse gates`.
+#[derive(Debug, Clone, Args)]
+pub struct GatesArgs {
+    /// Every gate, newest first, not only the open ones.
+    #[arg(long)]
+    pub all: bool,
+    /// Keep printing what happens to gates, live.
+    #[arg(long)]
+    pub watch: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse tail`.
+#[derive(Debug, Clone, Args)]
+pub struct TailArgs {
+    /// Start after this journal seq (default: from the beginning).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub after: u64,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Flags of `gatehouse serve`.
@@ -100,7 +196,9 @@ impl ServeArgs {
     pub fn new(db: impl Into<PathBuf>, bind: SocketAddr) -> Self {
         let defaults = Cli::command().mut_subcommand("serve", |serve| serve.mut_args(|arg| arg.env(None)));
         let matches = defaults.try_get_matches_from(["gatehouse", "serve"]).expect("the defaults parse");
-        let Command::Serve(mut serve) = Cli::from_arg_matches(&matches).expect("the defaults parse").command;
+        let Command::Serve(mut serve) = Cli::from_arg_matches(&matches).expect("the defaults parse").command else {
+            unreachable!("parsed as serve")
+        };
         serve.db = db.into();
         serve.bind = bind;
         serve

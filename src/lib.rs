@@ -5,6 +5,7 @@
 //! `store` owns SQLite (one writer thread, read-only readers), `bus` rings after commits.
 
 pub mod bus;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod error;

@@ -34,32 +34,35 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Serve(args) => runtime.block_on(async {
-            // The database first: a second server on the same file is refused for that reason,
-            // not for the port it would also share.
-            let store = match gatehouse::open_store(&args) {
-                Ok(store) => store,
-                Err(e) => {
-                    eprintln!("gatehouse: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let listener = match tokio::net::TcpListener::bind(args.bind).await {
-                Ok(listener) => listener,
-                Err(e) => {
-                    eprintln!("gatehouse: cannot listen on {}: {e}", args.bind);
-                    store.shutdown().await;
-                    return ExitCode::FAILURE;
-                }
-            };
-            match gatehouse::run(args, store, listener, shutdown_signal()).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("gatehouse: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }),
+        Command::Serve(args) => runtime.block_on(serve(args)),
+        client => runtime.block_on(gatehouse::cli::run(client)),
+    }
+}
+
+async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
+    // The database first: a second server on the same file is refused for that reason, not for
+    // the port it would also share.
+    let store = match gatehouse::open_store(&args) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("gatehouse: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.bind).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("gatehouse: cannot listen on {}: {e}", args.bind);
+            store.shutdown().await;
+            return ExitCode::FAILURE;
+        }
+    };
+    match gatehouse::run(args, store, listener, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gatehouse: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -334,8 +334,12 @@ fn collect_stderr(child: &mut Child) -> mpsc::Receiver<String> {
 impl ServerProcess {
     /// Starts `gatehouse serve` on a port chosen by the OS and waits for its listening line.
     pub fn start(db: &Path) -> Self {
-        let mut child =
-            binary().args(["serve", "--bind", "127.0.0.1:0", "--db"]).arg(db).spawn().expect("start gatehouse");
+        Self::start_on(db, "127.0.0.1:0")
+    }
+
+    /// Starts `gatehouse serve` on `bind` (a restart on the port a client already knows).
+    pub fn start_on(db: &Path, bind: &str) -> Self {
+        let mut child = binary().args(["serve", "--bind", bind, "--db"]).arg(db).spawn().expect("start gatehouse");
         let stderr = collect_stderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
         loop {

@@ -3,6 +3,7 @@
 
 mod answers;
 mod barrier;
+mod cli;
 mod conformance;
 mod contract;
 mod durability;

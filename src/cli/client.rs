@@ -1,0 +1,135 @@
+//! The HTTP side of the client subcommands: one small wrapper over reqwest that turns every
+//! failure into words a person can act on.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::Value;
+
+/// Why a request did not get an answer from the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answered (connection refused, reset, timed out): worth retrying.
+    #[error("cannot reach gatehouse at {url}: {cause}")]
+    Unreachable { url: String, cause: String },
+    /// The server answered with something that is not the API.
+    #[error("unexpected answer from gatehouse at {url}: {cause}")]
+    Protocol { url: String, cause: String },
+}
+
+/// A response: its status and JSON body (`Null` when empty).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The error code of an error body.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// The server's message, with field details, for a person.
+    pub fn message(&self) -> String {
+        let mut message = self.body["error"]["message"].as_str().unwrap_or("request failed").to_owned();
+        for field in self.body["error"]["fields"].as_array().into_iter().flatten() {
+            let (path, text) = (field["path"].as_str().unwrap_or(""), field["message"].as_str().unwrap_or(""));
+            message.push_str(&format!("\n  {path}: {text}"));
+        }
+        format!("{message} ({} {})", self.status, self.code())
+    }
+
+    /// Worth retrying: storage trouble or capacity (503).
+    pub fn retryable(&self) -> bool {
+        self.body["error"]["retryable"].as_bool().unwrap_or(self.status == 503)
+    }
+}
+
+/// The server's API, at one base URL.
+#[derive(Debug, Clone)]
+pub struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: &str) -> Self {
+        // Long-polls hold a request up to 30 s; anything much longer is a dead server.
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(45))
+            .build()
+            .expect("a client without TLS builds");
+        Self { base: base.trim_end_matches('/').to_owned(), http }
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Reply, ClientError> {
+        self.send(Method::GET, path, None, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Option<&Value>, key: Option<&str>) -> Result<Reply, ClientError> {
+        self.send(Method::POST, path, body, key).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        key: Option<&str>,
+    ) -> Result<Reply, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.http.request(method, &url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable { url: self.base.clone(), cause: cause(&e) };
+        let response = request.send().await.map_err(unreachable)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(unreachable)?;
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| ClientError::Protocol { url: url.clone(), cause: e.to_string() })?
+        };
+        Ok(Reply { status, body })
+    }
+
+    /// Opens an event stream (a GET with `Accept: text/event-stream`).
+    pub async fn stream(&self, path: &str) -> Result<reqwest::Response, ClientError> {
+        let response = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .expect("a client without TLS builds")
+            .get(format!("{}{path}", self.base))
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable { url: self.base.clone(), cause: cause(&e) })?;
+        if !response.status().is_success() {
+            return Err(ClientError::Protocol {
+                url: self.base.clone(),
+                cause: format!("status {}", response.status()),
+            });
+        }
+        Ok(response)
+    }
+}
+
+/// The innermost cause of a reqwest error ("Connection refused"), which says more than its top.
+fn cause(e: &reqwest::Error) -> String {
+    let mut source: &dyn std::error::Error = e;
+    while let Some(next) = source.source() {
+        source = next;
+    }
+    source.to_string()
+}

@@ -1,0 +1,153 @@
+//! `gatehouse gates`: the open gates (or all with --all) as a table; --watch then prints one line
+//! per change, live.
+
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use super::client::Api;
+use super::sse::Reader;
+use super::{Backoff, say, short};
+use crate::config::GatesArgs;
+use crate::domain::Timestamp;
+
+pub async fn run(args: GatesArgs) -> ExitCode {
+    let api = Api::new(&args.client.url);
+    let (gates, head) = match snapshot(&api, args.all).await {
+        Ok(snapshot) => snapshot,
+        Err(message) => {
+            eprintln!("gatehouse gates: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    say(&format!("{:<8}  {:<8}  {:<8}  {:<8}  {:<30}  CHOICES", "GATE", "SESSION", "STATE", "AGE", "QUESTION"));
+    for view in &gates {
+        say(&row(view));
+    }
+    if args.watch {
+        watch(&api, head).await;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Every page of the listing, and the journal head of the first.
+async fn snapshot(api: &Api, all: bool) -> Result<(Vec<Value>, i64), String> {
+    let base = if all { "/v1/gates?order=newest&limit=1000" } else { "/v1/gates?state=open&limit=1000" };
+    let mut gates = Vec::new();
+    let mut head = None;
+    let mut path = base.to_owned();
+    loop {
+        let reply = api.get(&path).await.map_err(|e| e.to_string())?;
+        if !reply.ok() {
+            return Err(reply.message());
+        }
+        head.get_or_insert(reply.body["journal_seq"].as_i64().unwrap_or(0));
+        gates.extend(reply.body["gates"].as_array().cloned().unwrap_or_default());
+        match reply.body["next_after"].as_str() {
+            Some(cursor) => path = format!("{base}&after={cursor}"),
+            None => return Ok((gates, head.unwrap_or(0))),
+        }
+    }
+}
+
+fn row(view: &Value) -> String {
+    let question: String = view["gate"]["prompt"]["body"].as_str().unwrap_or("").chars().take(30).collect();
+    let choices: Vec<&str> = view["gate"]["prompt"]["schema"]["fields"][0]["options"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["value"].as_str())
+        .collect();
+    format!(
+        "{:<8}  {:<8}  {:<8}  {:<8}  {:<30}  {}",
+        short(view["gate"]["id"].as_str().unwrap_or("")),
+        short(view["session_id"].as_str().unwrap_or("")),
+        view["state"].as_str().unwrap_or(""),
+        age(view["opened_at"].as_str().unwrap_or("")),
+        question.replace(['\n', '\r'], " "),
+        choices.join(", ")
+    )
+}
+
+/// "45s", "12m", "3h", "2d" since an RFC 3339 instant written by the server.
+fn age(opened_at: &str) -> String {
+    let Some(opened) = parse_rfc3339(opened_at) else { return "?".into() };
+    let secs = (Timestamp::now().as_nanos() - opened) / 1_000_000_000;
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// Nanoseconds since the epoch of `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` (the server's own format).
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let num = |range: std::ops::Range<usize>| s.get(range)?.parse::<i64>().ok();
+    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    let nanos = s.get(20..29).and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
+    // Days from civil (Howard Hinnant), the inverse of the server's rendering.
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + mi * 60 + se) * 1_000_000_000) + nanos)
+}
+
+/// Follows the journal from `after`, one line per gate change, reconnecting as needed.
+async fn watch(api: &Api, mut after: i64) {
+    let mut backoff = Backoff::new();
+    loop {
+        match api.stream(&format!("/v1/events?after={after}")).await {
+            Ok(response) => {
+                backoff.reset();
+                let mut frames = Reader::new(response);
+                while let Some(frame) = frames.next().await {
+                    if let (Some(id), Some(data)) = (frame.id.as_deref(), frame.data.as_deref()) {
+                        after = id.parse().unwrap_or(after);
+                        let event: Value = serde_json::from_str(data).unwrap_or_default();
+                        if let Some(line) = describe(&event["event"]) {
+                            say(&line);
+                        }
+                    }
+                }
+            }
+            Err(e) => eprintln!("gatehouse gates: {e}; retrying"),
+        }
+        backoff.wait().await;
+    }
+}
+
+fn describe(event: &Value) -> Option<String> {
+    let gate = |id: &Value| short(id.as_str().unwrap_or("")).to_owned();
+    match event["type"].as_str()? {
+        "GateOpened" => Some(format!(
+            "opened    {}  {:?}",
+            gate(&event["gate"]["id"]),
+            event["gate"]["prompt"]["body"].as_str().unwrap_or("")
+        )),
+        "GateResolved" => Some(match event["reason"].as_str().unwrap_or("") {
+            reason @ ("answered" | "policy_response") => format!(
+                "answered  {}  {:?} ({})",
+                gate(&event["gate_id"]),
+                event["audit"]["data"]["answer_preview"].as_str().unwrap_or(""),
+                if reason == "answered" { "by a person" } else { "by its timeout" }
+            ),
+            reason => format!("closed    {}  ({reason})", gate(&event["gate_id"])),
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_the_server_renders() {
+        let t = Timestamp::from_nanos(1_796_040_000_123_456_789);
+        assert_eq!(parse_rfc3339(&t.to_string()), Some(t.as_nanos()));
+    }
+}

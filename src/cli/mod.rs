@@ -1,0 +1,57 @@
+//! Client subcommands of the `gatehouse` binary, over the HTTP API: `ask` (block until a person
+//! answers), `answer`, `gates` and `tail`. Results go to stdout, everything else to stderr.
+
+mod answer;
+mod ask;
+mod client;
+mod gates;
+mod sse;
+mod tail;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::config::Command;
+
+/// Runs a client subcommand to its exit code.
+pub async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Ask(args) => ask::run(args).await,
+        Command::Answer(args) => answer::run(args).await,
+        Command::Gates(args) => gates::run(args).await,
+        Command::Tail(args) => tail::run(args).await,
+        Command::Serve(_) => unreachable!("serve is not a client subcommand"),
+    }
+}
+
+/// Prints one line of results and flushes, so pipes see it at once.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// Exponential backoff between retries: 250 ms, 500 ms, … at most 5 s.
+#[derive(Debug)]
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Self(Duration::from_millis(250))
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+    }
+
+    fn reset(&mut self) {
+        self.0 = Duration::from_millis(250);
+    }
+}
+
+/// The first eight characters of an id, for tables.
+fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}

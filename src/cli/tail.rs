@@ -1,0 +1,61 @@
+//! `gatehouse tail`: journal events as JSON lines (`{"journal_seq":N,"event":{…}}`), from
+//! `--after N`, following live and resuming by itself after a disconnect.
+
+use std::process::ExitCode;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::client::Api;
+use super::sse::Reader;
+use super::{Backoff, say};
+use crate::config::TailArgs;
+
+pub async fn run(args: TailArgs) -> ExitCode {
+    let api = Api::new(&args.client.url);
+    let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
+    let mut backoff = Backoff::new();
+    let mut reached = false;
+    loop {
+        match api.stream(&format!("/v1/events?after={after}")).await {
+            Ok(response) => {
+                reached = true;
+                backoff.reset();
+                let mut frames = Reader::new(response);
+                while let Some(frame) = frames.next().await {
+                    match (frame.event.as_deref(), frame.id.as_deref(), frame.data.as_deref()) {
+                        (Some("enduring"), Some(id), Some(data)) => {
+                            let (Ok(seq), Ok(payload)) = (id.parse::<i64>(), serde_json::from_str::<Payload>(data))
+                            else {
+                                continue;
+                            };
+                            // The event's own bytes, as the journal holds them (its key order too).
+                            say(&format!("{{\"journal_seq\":{seq},\"event\":{}}}", payload.event.get()));
+                            after = seq;
+                        }
+                        (Some("reset"), _, Some(data)) => {
+                            eprintln!(
+                                "gatehouse tail: the journal does not reach {after} ({data}); following from its head"
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // Never reached it at all: say so and stop, rather than wait on a typo forever.
+            Err(e) if !reached => {
+                eprintln!("gatehouse tail: {e}");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => eprintln!("gatehouse tail: {e}; retrying"),
+        }
+        backoff.wait().await;
+    }
+}
+
+/// The data of an `enduring` frame: `{"v":1,"event":{…}}`.
+#[derive(Deserialize)]
+struct Payload<'a> {
+    #[serde(borrow)]
+    event: &'a RawValue,
+}
