@@ -17,8 +17,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::domain::{GateId, LoopId, SessionId, Timestamp};
 
-/// How many committed frames the ring keeps.
+/// How many committed frames the ring keeps at most…
 pub const RING_CAPACITY: usize = 4096;
+/// …and how many bytes of them: big events must not let the ring pin unbounded memory.
+pub const RING_BYTES: usize = 32 * 1024 * 1024;
 
 /// Something a committed transaction changed, announced after COMMIT returned Ok.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +53,7 @@ impl Bus {
         let (deadlines, feed) = mpsc::unbounded_channel();
         Self {
             head: watch::Sender::new(head),
-            ring: Ring::new(head, RING_CAPACITY),
+            ring: Ring::new(head, RING_CAPACITY, RING_BYTES),
             deadlines,
             deadline_feed: Mutex::new(Some(feed)),
             gates: Arc::default(),
@@ -150,7 +152,13 @@ pub struct Frame {
 /// `event: enduring`, `id:` the seq, and the event inside `{"v":1,"event":…}` on one line (the
 /// stored event is compact JSON, so it holds no raw line break).
 pub fn enduring_frame(seq: i64, event: &str) -> Bytes {
-    Bytes::from(format!("event: enduring\nid: {seq}\ndata: {{\"v\":1,\"event\":{event}}}\n\n"))
+    let head = format!("event: enduring\nid: {seq}\ndata: {{\"v\":1,\"event\":");
+    // Exactly sized: the ring holds thousands of these, and spare capacity would be held too.
+    let mut frame = Vec::with_capacity(head.len() + event.len() + 3);
+    frame.extend_from_slice(head.as_bytes());
+    frame.extend_from_slice(event.as_bytes());
+    frame.extend_from_slice(b"}\n\n");
+    Bytes::from(frame)
 }
 
 /// The last committed frames, oldest first. Every frame with `seq > floor` is in it.
@@ -165,21 +173,33 @@ struct RingInner {
     /// The highest seq not (or no longer) held; the journal head at start-up.
     floor: i64,
     capacity: usize,
+    /// Bytes held, and the most it may hold.
+    bytes: usize,
+    max_bytes: usize,
 }
 
 impl Ring {
-    fn new(floor: i64, capacity: usize) -> Self {
-        Self { inner: Mutex::new(RingInner { frames: VecDeque::with_capacity(capacity), floor, capacity }) }
+    fn new(floor: i64, capacity: usize, max_bytes: usize) -> Self {
+        Self {
+            inner: Mutex::new(RingInner {
+                frames: VecDeque::with_capacity(capacity),
+                floor,
+                capacity,
+                bytes: 0,
+                max_bytes,
+            }),
+        }
     }
 
     fn push(&self, frame: Frame) {
         let mut ring = self.inner.lock().expect("ring lock");
-        if ring.frames.len() == ring.capacity
-            && let Some(evicted) = ring.frames.pop_front()
-        {
+        ring.bytes += frame.bytes.len();
+        ring.frames.push_back(frame);
+        while ring.frames.len() > ring.capacity || (ring.bytes > ring.max_bytes && ring.frames.len() > 1) {
+            let evicted = ring.frames.pop_front().expect("not empty");
+            ring.bytes -= evicted.bytes.len();
             ring.floor = evicted.seq;
         }
-        ring.frames.push_back(frame);
     }
 
     fn after(&self, cursor: i64, upto: i64, session: Option<SessionId>, max: usize) -> Option<(Vec<Frame>, i64)> {
@@ -291,7 +311,7 @@ mod ring_tests {
     }
 
     fn ring_with(seqs: impl IntoIterator<Item = i64>, floor: i64, capacity: usize) -> Ring {
-        let ring = Ring::new(floor, capacity);
+        let ring = Ring::new(floor, capacity, usize::MAX);
         for seq in seqs {
             ring.push(Frame { seq, session: session((seq % 2) as u8 + 1), bytes: enduring_frame(seq, "{}") });
         }
@@ -321,6 +341,19 @@ mod ring_tests {
         assert_eq!(seqs(ring.after(6, 10, None, 100)), (vec![7, 8, 9, 10], 10));
         let fresh = ring_with([], 42, 4);
         assert!(fresh.after(41, 42, None, 100).is_none(), "history before start-up is in the database");
+    }
+
+    #[test]
+    fn the_ring_is_bounded_in_bytes_too() {
+        let frame = |seq| Frame { seq, session: session(1), bytes: enduring_frame(seq, &"x".repeat(1000)) };
+        let size = frame(1).bytes.len();
+        let ring = Ring::new(0, 100, 3 * size + 5);
+        for seq in 1..=10 {
+            ring.push(frame(seq));
+        }
+        assert!(ring.after(6, 10, None, 100).is_none(), "7 was evicted to stay within the budget");
+        assert_eq!(seqs(ring.after(7, 10, None, 100)), (vec![8, 9, 10], 10));
+        assert_eq!(frame(1).bytes.len(), size, "exactly sized");
     }
 
     #[test]

@@ -153,16 +153,16 @@ pub struct ServeArgs {
     pub stream_stall: Duration,
 
     /// Most streams open at once; more get `503 gate_capacity`.
-    #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000)]
-    pub max_streams: usize,
+    #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub max_streams: u32,
 
     /// The longest `response_policy.timeout` a gate may ask for.
     #[arg(long, env = "GATEHOUSE_MAX_TIMEOUT", default_value = "7d", value_parser = parse_duration)]
     pub max_timeout: Duration,
 
     /// Open gates one session may hold; more get `503 gate_capacity`.
-    #[arg(long, env = "GATEHOUSE_MAX_OPEN_GATES", default_value_t = 1000)]
-    pub max_open_gates: usize,
+    #[arg(long, env = "GATEHOUSE_MAX_OPEN_GATES", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_open_gates: u32,
 
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
     /// the writer before every transaction.
@@ -254,11 +254,12 @@ fn parse_size(raw: &str) -> Result<usize, String> {
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     let raw = raw.trim();
     let bad = || format!("{raw:?} is not a duration like 15s, 500ms or 1m30s");
-    if let Ok(seconds) = raw.parse::<u64>() {
-        return Ok(Duration::from_secs(seconds));
-    }
     let mut total = Duration::ZERO;
     let mut rest = raw;
+    if let Ok(seconds) = raw.parse::<u64>() {
+        total = Duration::from_secs(seconds);
+        rest = "";
+    }
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
@@ -275,7 +276,13 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
         total = total.checked_add(part).ok_or_else(bad)?;
         rest = &rest[digits + unit_len..];
     }
-    if total.is_zero() { Err(format!("{raw:?} must be longer than zero")) } else { Ok(total) }
+    // A year bounds every use (deadline arithmetic must not overflow).
+    const LONGEST: Duration = Duration::from_secs(366 * 86_400);
+    match total {
+        t if t.is_zero() => Err(format!("{raw:?} must be longer than zero")),
+        t if t > LONGEST => Err(format!("{raw:?} is longer than a year")),
+        t => Ok(t),
+    }
 }
 
 #[cfg(test)]
@@ -289,7 +296,7 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
-        for bad in ["", "0s", "s", "5x", "1.5s", "-1s"] {
+        for bad in ["", "0", "0s", "s", "5x", "1.5s", "-1s", "400d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }

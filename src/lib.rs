@@ -91,9 +91,9 @@ pub async fn run(
             max_body: args.max_body,
             heartbeat: args.heartbeat,
             max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
-            max_open_gates: args.max_open_gates,
+            max_open_gates: args.max_open_gates as usize,
         }),
-        streams: Arc::new(Semaphore::new(args.max_streams)),
+        streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
     };
     let address = listener.local_addr()?;

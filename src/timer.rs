@@ -23,6 +23,8 @@ const BATCH: usize = 256;
 /// Retry delays after a failed claim: 1 s, 2 s, 4 s, … at most 30 s.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(30);
+/// The longest the timer sleeps without looking at the wall clock again.
+const WALL_CHECK: Duration = Duration::from_secs(30);
 
 /// How many deadlines are armed right now (a counter for tests and metrics).
 #[derive(Debug, Default)]
@@ -98,6 +100,12 @@ impl Timer {
             self.retries.remove(&gate);
             self.count.0.store(self.armed.len(), Ordering::Relaxed);
         }
+        // Answered gates leave their heap entries behind; drop them before they pile up (a
+        // deadline may be days away).
+        if self.heap.len() > 2 * self.armed.len() + 64 {
+            let armed = &self.armed;
+            self.heap.retain(|Reverse((at, gate))| armed.get(gate) == Some(at));
+        }
     }
 
     /// The soonest live deadline (stale heap entries are dropped on the way).
@@ -123,36 +131,42 @@ impl Timer {
     }
 
     /// Answers due gates in batches. A gate whose claim committed (or was moot) is disarmed; one
-    /// whose batch failed is re-armed a little later.
+    /// that failed (its whole batch on storage trouble, or itself alone) is re-armed later.
     async fn fire(&mut self, due: Vec<GateId>) {
         for batch in due.chunks(BATCH) {
             match self.store.expire_gates(batch.to_vec()).await {
                 Ok(outcomes) => {
                     for (gate, outcome) in batch.iter().zip(outcomes) {
-                        if let Expiry::Answered(seq) = outcome {
-                            tracing::info!(gate_id = %gate, journal_seq = seq, "answered by its timeout policy");
+                        match outcome {
+                            Expiry::Answered(seq) => {
+                                tracing::info!(gate_id = %gate, journal_seq = seq, "answered by its timeout policy");
+                                self.disarm(*gate);
+                            }
+                            Expiry::Moot => self.disarm(*gate),
+                            Expiry::Failed(cause) => self.retry(*gate, &cause),
                         }
-                        self.disarm(*gate);
                     }
                 }
-                Err(e) => {
-                    for gate in batch {
-                        let tries = self.retries.entry(*gate).or_default();
-                        let delay = FIRST_RETRY.saturating_mul(1 << (*tries).min(5)).min(LAST_RETRY);
-                        *tries += 1;
-                        tracing::warn!(gate_id = %gate, error = %e, ?delay, "a timeout answer failed; retrying");
-                        let retry_at = Timestamp::now().plus_nanos(delay.as_nanos() as i64);
-                        self.arm(*gate, retry_at);
-                    }
-                }
+                Err(e) => batch.iter().for_each(|gate| self.retry(*gate, &e.to_string())),
             }
         }
     }
+
+    /// Re-arms a gate whose timeout answer failed: 1 s, 2 s, 4 s, … at most 30 s later.
+    fn retry(&mut self, gate: GateId, cause: &str) {
+        let tries = self.retries.entry(gate).or_default();
+        let delay = FIRST_RETRY.saturating_mul(1 << (*tries).min(5)).min(LAST_RETRY);
+        *tries += 1;
+        tracing::warn!(gate_id = %gate, %cause, ?delay, "a timeout answer failed; retrying");
+        self.arm(gate, Timestamp::now().plus_nanos(delay.as_nanos() as i64));
+    }
 }
 
-/// Sleeps until a wall-clock instant (deadlines are wall clock, stored as nanoseconds).
+/// Sleeps until a wall-clock instant (deadlines are wall clock, stored as nanoseconds), in steps
+/// of at most `WALL_CHECK`: the monotonic clock tokio sleeps on stops while the host is
+/// suspended and ignores clock steps, so the wall clock is looked at again now and then.
 async fn sleep_until_wall(at: Option<Timestamp>) {
     let Some(at) = at else { return std::future::pending().await };
-    let wait = at.as_nanos().saturating_sub(Timestamp::now().as_nanos()).max(0);
-    tokio::time::sleep_until(Instant::now() + Duration::from_nanos(wait as u64)).await;
+    let wait = Duration::from_nanos(at.as_nanos().saturating_sub(Timestamp::now().as_nanos()).max(0) as u64);
+    tokio::time::sleep_until(Instant::now() + wait.min(WALL_CHECK)).await;
 }

@@ -14,6 +14,9 @@ const FILES: &[(&str, &str, &str)] = &[
     ("index.html", "text/html; charset=utf-8", include_str!("../../static/index.html")),
     ("style.css", "text/css; charset=utf-8", include_str!("../../static/style.css")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("../../static/app.js")),
+    ("api.js", "text/javascript; charset=utf-8", include_str!("../../static/api.js")),
+    ("stream.js", "text/javascript; charset=utf-8", include_str!("../../static/stream.js")),
+    ("view.js", "text/javascript; charset=utf-8", include_str!("../../static/view.js")),
 ];
 
 /// The page may load only itself: no inline scripts, no third-party anything. Gate text is

@@ -73,13 +73,19 @@ async fn follow(
     let bus = state.store.bus();
     let mut cursor = match requested {
         Some(n) if n > start => {
-            // The client knows of events this journal never had: it must re-snapshot.
-            let Ok(earliest) = state.store.journal_earliest().await else { return };
-            let reset = format!("event: reset\ndata: {{\"earliest\":{earliest},\"head\":{start}}}\n\n");
-            if sink.send(Bytes::from(reset)).await.is_err() {
-                return;
+            // Ahead of the doorbell is not yet ahead of the journal: a listing reads commits the
+            // writer has not announced yet. Only a cursor past the stored head is a stranger.
+            let Ok((earliest, stored)) = state.store.journal_bounds().await else { return };
+            if n <= stored {
+                n
+            } else {
+                // The client knows of events this journal never had: it must re-snapshot.
+                let reset = format!("event: reset\ndata: {{\"earliest\":{earliest},\"head\":{stored}}}\n\n");
+                if sink.send(Bytes::from(reset)).await.is_err() {
+                    return;
+                }
+                stored
             }
-            start
         }
         Some(n) => n,
         None => start,

@@ -109,6 +109,8 @@ where
     let every = state.limits.heartbeat;
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
+        // After a blocked send, one ping is enough: not a burst of the missed ones.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = ticks.tick() => if beat.send(Bytes::from_static(PING)).await.is_err() { break },

@@ -6,7 +6,8 @@
 //!
 //! The kernel send buffer of each connection is also bounded: Linux autotunes it up to 4 MiB,
 //! which would let one stalled client pin that much memory and would delay the stall by as much
-//! data. 256 KiB still leaves room for the largest responses to flow at full speed.
+//! data. 256 KiB (which Linux doubles to 512 KiB) still lets the largest responses flow at full
+//! speed.
 
 use std::io;
 use std::pin::Pin;

@@ -239,34 +239,53 @@ fn deliver(
 }
 
 /// What a deadline did to its gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expiry {
     /// The policy's answer won; this is its `GateResolved` seq.
     Answered(i64),
     /// The gate was no longer open (a person or a close won), or is unknown.
     Moot,
+    /// This gate alone could not be answered (a broken stored gate); it was rolled back.
+    Failed(String),
 }
 
 /// The timer's claim: answers each still-open gate with its policy's template, through the same
-/// claim as a person's answer, so whichever commits first wins.
+/// claim as a person's answer, so whichever commits first wins. Each gate runs in its own
+/// savepoint, so one broken gate fails alone; storage trouble fails the whole job.
 pub fn expire(conn: &Connection, gates: &[GateId], effects: &mut Vec<Effect>) -> Result<Vec<Expiry>, StoreError> {
-    gates
-        .iter()
-        .map(|&gate_id| {
-            let Some(record) = find(conn, gate_id)?.filter(|r| r.view.state == GateState::Open) else {
-                return Ok(Expiry::Moot);
-            };
-            let gate = record.gate()?;
-            let Some(template) = gate.default_answer() else { return Ok(Expiry::Moot) };
-            let answer = Answer::check(&gate, Some(&template.action), Some(&template.values))
-                .map_err(|e| StoreError::Internal(format!("gate {gate_id} has an invalid default answer: {e:?}")))?;
-            let session = record.view.session_id;
-            let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None)? else {
-                return Ok(Expiry::Moot);
-            };
-            Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, claimed, &answer, &AnsweredBy::Timeout)?))
-        })
-        .collect()
+    let mut outcomes = Vec::with_capacity(gates.len());
+    for &gate_id in gates {
+        conn.execute_batch("SAVEPOINT gate")?;
+        let mut gate_effects = Vec::new();
+        match expire_one(conn, gate_id, &mut gate_effects) {
+            Ok(outcome) => {
+                conn.execute_batch("RELEASE gate")?;
+                effects.append(&mut gate_effects);
+                outcomes.push(outcome);
+            }
+            Err(StoreError::Internal(cause)) => {
+                conn.execute_batch("ROLLBACK TO gate; RELEASE gate")?;
+                outcomes.push(Expiry::Failed(cause));
+            }
+            Err(storage) => return Err(storage),
+        }
+    }
+    Ok(outcomes)
+}
+
+fn expire_one(conn: &Connection, gate_id: GateId, effects: &mut Vec<Effect>) -> Result<Expiry, StoreError> {
+    let Some(record) = find(conn, gate_id)?.filter(|r| r.view.state == GateState::Open) else {
+        return Ok(Expiry::Moot);
+    };
+    let gate = record.gate()?;
+    let Some(template) = gate.default_answer() else { return Ok(Expiry::Moot) };
+    let answer = Answer::check(&gate, Some(&template.action), Some(&template.values))
+        .map_err(|e| StoreError::Internal(format!("gate {gate_id} has an invalid default answer: {e:?}")))?;
+    let session = record.view.session_id;
+    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None)? else {
+        return Ok(Expiry::Moot);
+    };
+    Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, claimed, &answer, &AnsweredBy::Timeout)?))
 }
 
 /// Open gates whose policy answers at a deadline, soonest first.

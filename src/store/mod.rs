@@ -349,9 +349,9 @@ impl Store {
         self.read(move |conn| journal::range(conn, session, after, upto, limit)).await
     }
 
-    /// The oldest retained journal seq.
-    pub async fn journal_earliest(&self) -> Result<i64, StoreError> {
-        self.read(journal::earliest).await
+    /// The oldest retained and the newest committed journal seq.
+    pub async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
+        self.read(|conn| Ok((journal::earliest(conn)?, journal::head(conn)?))).await
     }
 
     /// A page of the journal, optionally of one session.

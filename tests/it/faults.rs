@@ -72,3 +72,24 @@ async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
     app.post(&format!("/v1/sessions/{session}/gates"), &body).await.expect(201);
     assert_eq!(app.journal().await.len(), events_before + 2);
 }
+
+#[tokio::test]
+async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let fault = dir.path().join("fault");
+    let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
+    let (session, loop_id) = (uuid(), uuid());
+    let mut body = ask(&loop_id, &uuid(), "Default me");
+    body["response_policy"] = serde_json::json!({"timeout": 500_000_000, "on_timeout": "respond",
+        "response": {"action": "answer", "values": {"answer": "fallback"}}});
+    let gate = gate_id(&app.open(&session, &body).await);
+    set_fault(&fault, "readonly");
+    await_ready(&app, 503).await; // the timer's claim failed
+    assert_eq!(app.view(&session, &gate).await["state"], "open");
+    assert_eq!(app.armed_deadlines(), 1, "a failed claim stays armed");
+
+    set_fault(&fault, "");
+    let view = app.get(&format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=30")).await.expect(200).json();
+    assert_eq!(view["answer"], "fallback", "answered once storage was back");
+    assert_eq!(app.inbox(&session, &loop_id).await.len(), 1);
+}

@@ -184,6 +184,20 @@ impl Client {
         page["events"].as_array().expect("events").clone()
     }
 
+    /// Every journal seq, across pages.
+    pub async fn journal_all(&self) -> Vec<i64> {
+        let mut seqs = Vec::new();
+        let mut from = 0;
+        loop {
+            let page = self.get(&format!("/v1/journal?limit=1000&from_journal_seq={from}")).await.expect(200).json();
+            seqs.extend(page["events"].as_array().unwrap().iter().map(|e| e["journal_seq"].as_i64().unwrap()));
+            if page["done"] == true {
+                return seqs;
+            }
+            from = page["next_journal_seq"].as_i64().unwrap();
+        }
+    }
+
     /// One gate's current view.
     pub async fn view(&self, session: &str, gate: &str) -> Value {
         self.get(&format!("/v1/sessions/{session}/gates/{gate}")).await.expect(200).json()

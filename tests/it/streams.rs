@@ -165,7 +165,7 @@ async fn the_stream_cap_answers_503_and_frees_slots_on_disconnect() {
         resp.expect_error(404, "gate_not_found");
         let probe = app.client.clone();
         if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(1), async move {
-            reqwest::Client::new().get(format!("{}/v1/events", probe.base)).send().await
+            reqwest::Client::builder().no_proxy().build().unwrap().get(format!("{}/v1/events", probe.base)).send().await
         })
         .await
             && r.status() == 200
@@ -306,4 +306,66 @@ async fn streams_end_when_the_server_stops() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_snapshot_then_a_stream_never_resets_under_writes() {
+    let app = TestApp::spawn().await;
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let client = app.client.clone();
+            let writing = writing.clone();
+            tokio::spawn(async move {
+                let session = uuid();
+                while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                    client.open(&session, &ask(&uuid(), &uuid(), "busy")).await;
+                }
+            })
+        })
+        .collect();
+    for _ in 0..100 {
+        // What a page does: list, then stream from the listing's journal_seq.
+        let listing = app.get("/v1/gates?limit=1").await.expect(200).json();
+        let seq = listing["journal_seq"].as_i64().unwrap();
+        let mut stream = EventStream::connect(&app, &format!("/v1/events?after={seq}"), &[]).await;
+        assert!(stream.next().await.retry.is_some());
+        let first = stream.next().await;
+        assert_ne!(first.event.as_deref(), Some("reset"), "a listing's own journal_seq is never ahead: {first:?}");
+        if let Some((next, _)) = first.enduring() {
+            assert_eq!(next, seq + 1, "the stream continues right after the snapshot");
+        }
+    }
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    for writer in writers {
+        writer.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn streams_behind_the_ring_catch_up_from_the_database() {
+    let app = TestApp::spawn().await;
+    let (s1, s2) = (uuid(), uuid());
+    for i in 0..300 {
+        app.open(if i % 3 == 0 { &s2 } else { &s1 }, &ask(&uuid(), &uuid(), "history")).await;
+    }
+    // A restart empties the ring: everything before it is read from the database, in batches.
+    let dir = app.stop().await.expect("temp dir");
+    let app = TestApp::start(&dir.path().join("gatehouse.db"), |_| {}).await;
+    let journal = app.journal_all().await;
+    let last = journal.last().copied().unwrap();
+    let mut all = EventStream::connect(&app, "/v1/events?after=0", &[]).await;
+    assert_eq!(seqs(&all.enduring_until(last).await), journal);
+    let mut from_middle = EventStream::connect(&app, "/v1/events", &[("last-event-id", "123")]).await;
+    assert_eq!(seqs(&from_middle.enduring_until(last).await), journal[123..].to_vec());
+
+    let session = app.get(&format!("/v1/sessions/{s2}/journal?limit=1000")).await.expect(200).json();
+    let want: Vec<i64> =
+        session["events"].as_array().unwrap().iter().map(|e| e["journal_seq"].as_i64().unwrap()).collect();
+    let mut mine = EventStream::connect(&app, &format!("/v1/sessions/{s2}/events?after=0"), &[]).await;
+    assert_eq!(seqs(&mine.enduring_until(*want.last().unwrap()).await), want);
+    // And then live, past the database part.
+    app.open(&s2, &ask(&uuid(), &uuid(), "live")).await;
+    assert_eq!(mine.next_enduring().await.0, last + 1);
+    drop(dir);
 }

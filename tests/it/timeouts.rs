@@ -55,13 +55,13 @@ async fn a_respond_policy_answers_with_its_template_at_the_deadline() {
 async fn a_person_who_answers_first_wins_and_the_deadline_is_dropped() {
     let app = TestApp::spawn().await;
     let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &responding(&loop_id, SECOND, "postgres")).await);
-    assert_eq!(app.armed_deadlines(), 1, "armed once the open committed");
+    let gate = gate_id(&app.open(&session, &responding(&loop_id, 3 * SECOND, "postgres")).await);
+    eventually("armed once the open committed", async || app.armed_deadlines() == 1).await;
     app.answer(&session, &gate, "mysql").await.expect(202);
     eventually("the deadline is disarmed", async || app.armed_deadlines() == 0).await;
 
     // Past the deadline, the person's answer is still the only one.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let journal = app.journal().await;
     let resolved = resolutions(&journal, &gate);
     assert_eq!(resolved.len(), 1);
@@ -84,10 +84,13 @@ async fn a_deadline_that_passed_while_the_server_was_down_is_answered_at_start()
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let server = ServerProcess::start(&db);
-    // The very first request already sees it answered: overdue gates go before serving.
+    // Overdue gates are answered before the server says it listens (and so before it serves).
+    let listening = gatehouse::domain::Timestamp::now().to_string();
     let view = server.view(&session, &gate).await;
     assert_eq!(view["state"], "resolved");
     assert_eq!(view["resolution"]["reason"], "policy_response");
+    let answered_at = view["resolution"]["created_at"].as_str().unwrap();
+    assert!(answered_at < listening.as_str(), "answered at {answered_at}, before listening at {listening}");
     let inbox = server.inbox(&session, &loop_id).await;
     assert_eq!(inbox.len(), 1);
     assert_eq!(inbox[0]["command"]["answer"], "postgres");
@@ -235,6 +238,7 @@ async fn listings_order_by_deadline_with_gates_without_one_last() {
     let soon = gate_id(&app.open(&session, &with(5, "soon")).await);
     let none_b = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "no deadline b")).await);
     let middle = gate_id(&app.open(&session, &with(10, "middle")).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(app.armed_deadlines(), 0, "wait policies record a deadline only");
 
     let expected = [&soon, &middle, &late, &none_a, &none_b];
@@ -250,4 +254,27 @@ async fn listings_order_by_deadline_with_gates_without_one_last() {
     }
     assert_eq!(seen, expected.map(|g| g.to_owned()));
     app.get("/v1/gates?order=deadline&after=o5").await.expect_error(400, "invalid_parameter");
+}
+
+#[tokio::test]
+async fn a_person_and_the_timer_at_the_same_moment_make_one_resolution() {
+    let app = TestApp::spawn().await;
+    for round in 0..5 {
+        let (session, loop_id) = (uuid(), uuid());
+        let gate = gate_id(&app.open(&session, &responding(&loop_id, SECOND, "postgres")).await);
+        // Answer right around the deadline; either may win, never both.
+        tokio::time::sleep(Duration::from_millis(950 + round * 20)).await;
+        let person = app.answer(&session, &gate, "mysql").await;
+        assert!(person.status == 202 || person.status == 409, "{}", person.status);
+        let view = app.get(&format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=10")).await.expect(200).json();
+        let journal = app.journal().await;
+        let resolved = resolutions(&journal, &gate);
+        assert_eq!(resolved.len(), 1);
+        let expected = if person.status == 202 { "mysql" } else { "postgres" };
+        assert_eq!(view["answer"], expected);
+        let inbox = app.inbox(&session, &loop_id).await;
+        assert_eq!(inbox.len(), 1);
+        assert_eq!(inbox[0]["command"]["answer"], expected);
+    }
+    eventually("nothing stays armed", async || app.armed_deadlines() == 0).await;
 }
