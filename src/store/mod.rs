@@ -7,6 +7,7 @@ mod inbox;
 mod journal;
 mod row;
 mod schema;
+mod webhooks;
 mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -22,6 +23,7 @@ pub use gates::{
     OpenOutcome,
 };
 pub use schema::SCHEMA_VERSION;
+pub use webhooks::{Delivery, Endpoint, Pending};
 pub use writer::{BeforeCommit, Health};
 
 use crate::bus::{Bus, Effect};
@@ -347,6 +349,63 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(i64, String)>, StoreError> {
         self.read(move |conn| journal::range(conn, session, after, upto, limit)).await
+    }
+
+    /// Registers the configured webhook endpoints (new ones start at the journal head) and
+    /// re-enables the listed ones.
+    pub async fn webhook_register(
+        &self,
+        urls: Vec<String>,
+        reenable: Vec<String>,
+    ) -> Result<Vec<Endpoint>, StoreError> {
+        self.write(move |conn, _| Ok(webhooks::register(conn, &urls, &reenable, journal::head(conn)?)?)).await
+    }
+
+    pub async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
+        self.read(move |conn| webhooks::endpoint(conn, &url)).await
+    }
+
+    pub async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {
+        self.read(move |conn| webhooks::pending(conn, &url, seq)).await
+    }
+
+    pub async fn webhook_delivered(&self, url: String, seq: i64) -> Result<(), StoreError> {
+        self.write(move |conn, _| Ok(webhooks::delivered(conn, &url, seq)?)).await
+    }
+
+    pub async fn webhook_retry_at(
+        &self,
+        url: String,
+        seq: i64,
+        attempts: u32,
+        next_at: Timestamp,
+        error: String,
+    ) -> Result<(), StoreError> {
+        self.write(move |conn, _| Ok(webhooks::retry_at(conn, &url, seq, attempts, next_at, &error)?)).await
+    }
+
+    pub async fn webhook_dead_letter(
+        &self,
+        url: String,
+        seq: i64,
+        attempts: u32,
+        error: String,
+    ) -> Result<(), StoreError> {
+        self.write(move |conn, _| Ok(webhooks::dead_letter(conn, &url, seq, attempts, &error)?)).await
+    }
+
+    pub async fn webhook_disable(&self, url: String, why: String) -> Result<(), StoreError> {
+        self.write(move |conn, _| Ok(webhooks::disable(conn, &url, &why)?)).await
+    }
+
+    /// Webhook deliveries in one status (`pending` or `failed`), a page after a cursor.
+    pub async fn webhook_deliveries(
+        &self,
+        status: &'static str,
+        after: Option<(String, i64)>,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.read(move |conn| webhooks::list(conn, status, after, limit)).await
     }
 
     /// The oldest retained and the newest committed journal seq.

@@ -45,6 +45,7 @@ CREATE TABLE gates (
     opened_at         INTEGER NOT NULL, -- ns since the epoch
     deadline          INTEGER,          -- ns since the epoch
     respond_at        INTEGER,          -- the deadline, when the policy answers at it
+    link_token        TEXT UNIQUE,      -- the answer link's token (HMAC of the gate id)
     resolved_seq      INTEGER REFERENCES journal (seq),
     answer            TEXT,
     idempotency_key   TEXT,             -- the winner's key and answer fingerprint only
@@ -71,6 +72,27 @@ CREATE TABLE inbox (
     acked_at   INTEGER
 ) STRICT;
 CREATE INDEX inbox_by_loop ON inbox (session_id, loop_id, seq);
+
+-- Outbound webhooks: per endpoint, a cursor over the journal (every event up to it was delivered
+-- or dead-lettered) and the attempts at the event after it. Nothing here is written by the claim
+-- transaction: delivery follows the journal.
+CREATE TABLE webhook_endpoints (
+    url         TEXT PRIMARY KEY,
+    cursor      INTEGER NOT NULL,
+    disabled_at INTEGER,            -- a 410 answer; cleared by --webhook-reenable
+    disabled_by TEXT
+) STRICT;
+CREATE TABLE webhook_attempts (
+    url         TEXT NOT NULL REFERENCES webhook_endpoints (url),
+    journal_seq INTEGER NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('pending', 'failed')),
+    attempts    INTEGER NOT NULL,   -- failed attempts so far
+    next_at     INTEGER,            -- ns; when a pending event is tried again
+    last_error  TEXT NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (url, journal_seq)
+) STRICT;
+CREATE INDEX webhook_attempts_by_status ON webhook_attempts (status, url, journal_seq);
 "#];
 
 /// The schema version this build writes.

@@ -1,0 +1,143 @@
+//! Outbound webhook state: one cursor per endpoint and the attempts at the event after it.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::domain::Timestamp;
+
+/// An endpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub url: String,
+    /// Every journal event up to this seq was delivered or dead-lettered.
+    pub cursor: i64,
+    pub disabled: bool,
+}
+
+/// Makes sure every configured endpoint has a row (a new one starts at the journal head: it gets
+/// what happens from now on), re-enables the listed ones, and returns them all.
+pub fn register(conn: &Connection, urls: &[String], reenable: &[String], head: i64) -> rusqlite::Result<Vec<Endpoint>> {
+    for url in urls {
+        conn.execute(
+            "INSERT INTO webhook_endpoints (url, cursor) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            params![url, head],
+        )?;
+    }
+    for url in reenable {
+        conn.execute("UPDATE webhook_endpoints SET disabled_at = NULL, disabled_by = NULL WHERE url = ?1", [url])?;
+    }
+    urls.iter().map(|url| endpoint(conn, url).map(|e| e.expect("registered above"))).collect()
+}
+
+pub fn endpoint(conn: &Connection, url: &str) -> rusqlite::Result<Option<Endpoint>> {
+    conn.prepare_cached("SELECT cursor, disabled_at IS NOT NULL FROM webhook_endpoints WHERE url = ?1")?
+        .query_row([url], |r| Ok(Endpoint { url: url.to_owned(), cursor: r.get(0)?, disabled: r.get(1)? }))
+        .optional()
+}
+
+/// The pending attempt at one event of an endpoint, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub attempts: u32,
+    pub next_at: Timestamp,
+}
+
+pub fn pending(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<Option<Pending>> {
+    conn.prepare_cached(
+        "SELECT attempts, next_at FROM webhook_attempts WHERE url = ?1 AND journal_seq = ?2 AND status = 'pending'",
+    )?
+    .query_row(params![url, seq], |r| {
+        Ok(Pending { attempts: r.get(0)?, next_at: Timestamp::from_nanos(r.get::<_, Option<i64>>(1)?.unwrap_or(0)) })
+    })
+    .optional()
+}
+
+/// Delivered: move the cursor past it and forget its attempts.
+pub fn delivered(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<()> {
+    conn.execute("UPDATE webhook_endpoints SET cursor = ?2 WHERE url = ?1 AND cursor < ?2", params![url, seq])?;
+    conn.execute("DELETE FROM webhook_attempts WHERE url = ?1 AND journal_seq = ?2", params![url, seq])?;
+    Ok(())
+}
+
+/// Failed, to be tried again at `next_at`.
+pub fn retry_at(
+    conn: &Connection,
+    url: &str,
+    seq: i64,
+    attempts: u32,
+    next_at: Timestamp,
+    error: &str,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
+         VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)
+         ON CONFLICT (url, journal_seq) DO UPDATE SET
+           attempts = excluded.attempts, next_at = excluded.next_at, last_error = excluded.last_error,
+           updated_at = excluded.updated_at",
+        params![url, seq, attempts, next_at.as_nanos(), error, Timestamp::now().as_nanos()],
+    )?;
+    Ok(())
+}
+
+/// Out of attempts: a dead letter, and the endpoint moves on.
+pub fn dead_letter(conn: &Connection, url: &str, seq: i64, attempts: u32, error: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
+         VALUES (?1, ?2, 'failed', ?3, NULL, ?4, ?5)
+         ON CONFLICT (url, journal_seq) DO UPDATE SET
+           status = 'failed', attempts = excluded.attempts, next_at = NULL, last_error = excluded.last_error,
+           updated_at = excluded.updated_at",
+        params![url, seq, attempts, error, Timestamp::now().as_nanos()],
+    )?;
+    conn.execute("UPDATE webhook_endpoints SET cursor = ?2 WHERE url = ?1 AND cursor < ?2", params![url, seq])?;
+    Ok(())
+}
+
+/// The endpoint answered 410 Gone: stop until an operator re-enables it.
+pub fn disable(conn: &Connection, url: &str, why: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE webhook_endpoints SET disabled_at = ?2, disabled_by = ?3 WHERE url = ?1",
+        params![url, Timestamp::now().as_nanos(), why],
+    )?;
+    Ok(())
+}
+
+/// One row of the deliveries listing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Delivery {
+    pub url: String,
+    pub journal_seq: i64,
+    pub status: String,
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<Timestamp>,
+    pub last_error: String,
+    pub updated_at: Timestamp,
+}
+
+/// Deliveries in one status, ordered by (url, seq), after a cursor, one more than `limit`.
+pub fn list(
+    conn: &Connection,
+    status: &str,
+    after: Option<(String, i64)>,
+    limit: usize,
+) -> rusqlite::Result<Vec<Delivery>> {
+    let (url, seq) = after.unwrap_or_default();
+    conn.prepare_cached(
+        "SELECT url, journal_seq, status, attempts, next_at, last_error, updated_at FROM webhook_attempts
+         WHERE status = ?1 AND (url > ?2 OR (url = ?2 AND journal_seq > ?3))
+         ORDER BY url, journal_seq LIMIT ?4",
+    )?
+    .query_map(params![status, url, seq, limit as i64 + 1], |r| {
+        Ok(Delivery {
+            url: r.get(0)?,
+            journal_seq: r.get(1)?,
+            status: r.get(2)?,
+            attempts: r.get(3)?,
+            next_at: r.get::<_, Option<i64>>(4)?.map(Timestamp::from_nanos),
+            last_error: r.get(5)?,
+            updated_at: Timestamp::from_nanos(r.get(6)?),
+        })
+    })?
+    .collect()
+}
