@@ -164,6 +164,37 @@ pub struct ServeArgs {
     #[arg(long, env = "GATEHOUSE_MAX_OPEN_GATES", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_open_gates: u32,
 
+    /// Send every journal event to this URL (repeatable), signed per Standard Webhooks.
+    #[arg(long = "webhook-url", value_name = "URL", env = "GATEHOUSE_WEBHOOK_URL", value_delimiter = ',')]
+    pub webhook_urls: Vec<String>,
+
+    /// The Standard Webhooks secret (`whsec_…`) that signs notifications and verifies signed
+    /// answers.
+    #[arg(long, value_name = "PATH", env = "GATEHOUSE_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+
+    /// Let webhooks reach these otherwise forbidden addresses (repeatable), e.g. 127.0.0.1/32.
+    #[arg(
+        long = "webhook-allow-cidr",
+        value_name = "CIDR",
+        env = "GATEHOUSE_WEBHOOK_ALLOW_CIDR",
+        value_delimiter = ','
+    )]
+    pub webhook_allow_cidrs: Vec<String>,
+
+    /// Waits between delivery attempts, comma-separated (default about 5s,5m,30m,2h,6h,12h,1d);
+    /// after the last, an event is a dead letter.
+    #[arg(long, value_name = "DURS", env = "GATEHOUSE_WEBHOOK_RETRY_SCHEDULE", value_delimiter = ',', value_parser = parse_duration)]
+    pub webhook_retry_schedule: Vec<Duration>,
+
+    /// Re-enable an endpoint that was disabled by a 410 answer (repeatable).
+    #[arg(long = "webhook-reenable", value_name = "URL")]
+    pub webhook_reenable: Vec<String>,
+
+    /// The server's address as others reach it, for answer links (default: http://<bind>).
+    #[arg(long, value_name = "URL", env = "GATEHOUSE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
     /// the writer before every transaction.
     #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
@@ -186,6 +217,8 @@ impl fmt::Debug for ServeArgs {
             .field("max_streams", &self.max_streams)
             .field("max_timeout", &self.max_timeout)
             .field("max_open_gates", &self.max_open_gates)
+            .field("webhook_urls", &self.webhook_urls)
+            .field("public_url", &self.public_url)
             .finish_non_exhaustive()
     }
 }

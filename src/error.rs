@@ -22,6 +22,8 @@ pub enum ApiError {
     GateValuesInvalid(Vec<FieldError>),
     #[error("gate kind {0:?} is not supported (only harness.ask_user)")]
     GateKindMismatch(String),
+    #[error("{0}")]
+    Unauthorized(String),
     #[error("gate not found")]
     GateNotFound,
     #[error("{0}")]
@@ -54,6 +56,7 @@ impl ApiError {
             Self::GateActionInvalid(_) => "gate_action_invalid",
             Self::GateValuesInvalid(_) => "gate_values_invalid",
             Self::GateKindMismatch(_) => "gate_kind_mismatch",
+            Self::Unauthorized(_) => "unauthorized",
             Self::GateNotFound => "gate_not_found",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -75,6 +78,7 @@ impl ApiError {
             | Self::GateActionInvalid(_)
             | Self::GateValuesInvalid(_)
             | Self::GateKindMismatch(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::GateNotFound | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::GateNotReady(_) | Self::GateConflict(_) | Self::IdempotencyConflict => StatusCode::CONFLICT,

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod store;
 pub mod timer;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("cannot load the deadlines of open gates: {0}")]
     Deadlines(store::StoreError),
+    #[error("webhooks: {0}")]
+    Webhooks(webhook::WebhookError),
 }
 
 /// How long shutdown waits for in-flight requests (a client still sending its body, say) before
@@ -85,6 +88,15 @@ pub async fn run(
     if let Some(slot) = &args.hooks.armed {
         let _ = slot.set(armed);
     }
+    let address = listener.local_addr()?;
+    let webhook_secret = match webhook::start(&args, address, &store, token.clone()).await {
+        Ok(secret) => secret,
+        Err(e) => {
+            token.cancel();
+            store.shutdown().await;
+            return Err(ServeError::Webhooks(e));
+        }
+    };
     let state = AppState {
         store: store.clone(),
         limits: Arc::new(Limits {
@@ -93,10 +105,10 @@ pub async fn run(
             max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
             max_open_gates: args.max_open_gates as usize,
         }),
+        webhook_secret,
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
     };
-    let address = listener.local_addr()?;
     tracing::info!("gatehouse listening on http://{address} with database {}", args.db.display());
 
     let signal = token.clone();

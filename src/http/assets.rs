@@ -21,7 +21,7 @@ const FILES: &[(&str, &str, &str)] = &[
 
 /// The page may load only itself: no inline scripts, no third-party anything. Gate text is
 /// rendered as text by the page; this is the second line of defence.
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+pub(super) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 pub(super) fn routes() -> Vec<Route> {

@@ -67,14 +67,16 @@ pub struct JsonBody<T>(pub T);
 /// Like `JsonBody`, but an empty body means `T::default()`.
 pub struct OptionalJsonBody<T>(pub T);
 
+/// Like `JsonBody`, and when the request carries a Standard Webhooks signature, verified over the
+/// exact bytes received: the second member is then the `webhook-id` of a signed request.
+pub struct SignedJsonBody<T>(pub T, pub Option<String>);
+
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        match read_json(req, state.limits.max_body).await? {
-            Some(value) => Ok(Self(value)),
-            None => Err(ApiError::invalid_body("a JSON body is required")),
-        }
+        let (_, bytes) = read_json(req, state.limits.max_body).await?;
+        Ok(Self(decode(&bytes.ok_or_else(|| ApiError::invalid_body("a JSON body is required"))?)?))
     }
 }
 
@@ -82,12 +84,51 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        Ok(Self(read_json(req, state.limits.max_body).await?.unwrap_or_default()))
+        let (_, bytes) = read_json(req, state.limits.max_body).await?;
+        Ok(Self(bytes.map(|b| decode(&b)).transpose()?.unwrap_or_default()))
     }
 }
 
-/// `None` for a request without a body.
-async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result<Option<T>, ApiError> {
+impl<T: DeserializeOwned> FromRequest<AppState> for SignedJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, bytes) = read_json(req, state.limits.max_body).await?;
+        let bytes = bytes.ok_or_else(|| ApiError::invalid_body("a JSON body is required"))?;
+        let signed_by = match parts.headers.get("webhook-signature") {
+            None => None,
+            Some(signature) => Some(verify_webhook(state, &parts.headers, signature, &bytes)?),
+        };
+        Ok(Self(decode(&bytes)?, signed_by))
+    }
+}
+
+/// Checks a Standard Webhooks signature with the configured secret; the `webhook-id` on success.
+fn verify_webhook(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    signature: &axum::http::HeaderValue,
+    body: &[u8],
+) -> Result<String, ApiError> {
+    let secret = state
+        .webhook_secret
+        .as_ref()
+        .ok_or_else(|| ApiError::Unauthorized("signed answers need the server's --webhook-secret-file".into()))?;
+    let text = |v: Option<&axum::http::HeaderValue>| v.and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let id = text(headers.get("webhook-id"));
+    let timestamp = text(headers.get("webhook-timestamp"));
+    let now = crate::domain::Timestamp::now().as_nanos() / 1_000_000_000;
+    crate::webhook::sign::verify(secret, &id, &timestamp, &text(Some(signature)), body, now)
+        .map_err(|e| ApiError::Unauthorized(format!("the webhook signature does not verify: {e}")))?;
+    if id.is_empty() || id.len() > 255 {
+        return Err(ApiError::Unauthorized("webhook-id must be 1 to 255 characters".into()));
+    }
+    Ok(id)
+}
+
+/// The request's parts and body bytes (`None` for a request without a body), after the media
+/// type and size checks.
+async fn read_json(req: Request, max_body: usize) -> Result<(Parts, Option<axum::body::Bytes>), ApiError> {
     let (parts, body) = req.into_parts();
     let declared: Option<u64> =
         parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
@@ -115,10 +156,10 @@ async fn read_json<T: DeserializeOwned>(req: Request, max_body: usize) -> Result
             _ => ApiError::invalid_body(format!("could not read the request body: {e}")),
         })?;
     match (bytes.is_empty(), labelled_json) {
-        (true, _) => Ok(None),
+        (true, _) => Ok((parts, None)),
         // A chunked body without a media type.
         (false, false) => Err(ApiError::UnsupportedMediaType),
-        (false, true) => decode(&bytes).map(Some),
+        (false, true) => Ok((parts, Some(bytes))),
     }
 }
 

@@ -6,11 +6,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
-use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams};
+use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
 use super::{AppState, Route, SessionPath, json, limit, wait_deadline, wait_until};
 use crate::domain::{
-    Answer, AnswerIn, AnswerRejection, CloseIn, FieldCode, FieldError, GateId, GateState, GateView, OpenGateIn,
-    OpenRejection, SessionId,
+    Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
+    OpenGateIn, OpenRejection, SessionId,
 };
 use crate::error::ApiError;
 use crate::store::{
@@ -133,7 +133,7 @@ async fn answer_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
     IdempotencyKey(key): IdempotencyKey,
-    JsonBody(body): JsonBody<AnswerIn>,
+    SignedJsonBody(body, signed_by): SignedJsonBody<AnswerIn>,
 ) -> Result<Response, ApiError> {
     if let Some(named) = &body.gate_id
         && GateId::parse(named).ok() != Some(gate_id)
@@ -141,8 +141,26 @@ async fn answer_gate(
         return Err(ApiError::invalid_body("gate_id in the body must name the gate in the path"));
     }
     let record = find_in_session(&state, session_id, gate_id).await?;
-    // Checked now, reported after the idempotency and state checks (spec §4.5 order). Only a
-    // valid answer has a fingerprint; an invalid one cannot match the stored winner's.
+    // A signed webhook answer is the principal `webhook`, and its `webhook-id` is the key.
+    let (key, by) = match signed_by {
+        Some(webhook_id) => (Some(webhook_id), AnsweredBy::Person { principal: Some("webhook".into()) }),
+        None => (key, AnsweredBy::Person { principal: None }),
+    };
+    answer_record(&state, record, &body, key, by).await
+}
+
+/// The exactly-once path for a gate already found, whoever answers (spec §4.5 order from the
+/// idempotency check on).
+pub(super) async fn answer_record(
+    state: &AppState,
+    record: GateRecord,
+    body: &AnswerIn,
+    key: Option<String>,
+    by: AnsweredBy,
+) -> Result<Response, ApiError> {
+    let (session_id, gate_id) = (record.view.session_id, record.view.gate_id);
+    // Checked now, reported after the idempotency and state checks. Only a valid answer has a
+    // fingerprint; an invalid one cannot match the stored winner's.
     let checked = Answer::check(&record.gate()?, body.action.as_deref(), body.values.as_ref());
     let keyed = key.map(|key| Idempotency { key, fingerprint: checked.as_ref().ok().map(Answer::fingerprint) });
     if let Some(outcome) = store::replay(&record, keyed.as_ref()) {
@@ -159,7 +177,7 @@ async fn answer_gate(
         )]),
         AnswerRejection::Values(fields) => ApiError::GateValuesInvalid(fields),
     })?;
-    let outcome = state.store.answer_gate(session_id, gate_id, checked, keyed).await?;
+    let outcome = state.store.answer_gate(session_id, gate_id, checked, keyed, by).await?;
     accepted_or(gate_id, outcome)
 }
 

@@ -6,10 +6,12 @@ mod events;
 mod extract;
 mod gates;
 mod journal;
+mod links;
 mod loops;
 mod meta;
 mod sse;
 mod stall;
+mod webhooks;
 
 pub use stall::StallGuardListener;
 
@@ -50,6 +52,8 @@ pub struct Limits {
 pub struct AppState {
     pub store: Store,
     pub limits: Arc<Limits>,
+    /// Verifies signed webhook answers (`--webhook-secret-file`).
+    pub webhook_secret: Option<Arc<crate::webhook::sign::Secret>>,
     /// One permit per open stream (`--max-streams`).
     pub streams: Arc<Semaphore>,
     /// Cancelled at shutdown; long-polls and streams end on it.
@@ -75,10 +79,19 @@ impl Route {
 
 /// Every route of the API.
 pub fn routes() -> Vec<Route> {
-    [gates::routes(), loops::routes(), events::routes(), journal::routes(), meta::routes(), assets::routes()]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        gates::routes(),
+        loops::routes(),
+        events::routes(),
+        journal::routes(),
+        links::routes(),
+        webhooks::routes(),
+        meta::routes(),
+        assets::routes(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// The (method, path template) pairs the router serves.

@@ -11,7 +11,7 @@ use crate::bus::Effect;
 use crate::domain::events::to_json;
 use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
-    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
+    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested, link_token,
 };
 
 const SELECT_RECORD: &str = "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
@@ -58,6 +58,11 @@ fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
     })
 }
 
+/// The gate an answer-link token belongs to.
+pub fn find_by_link(conn: &Connection, token: &str) -> rusqlite::Result<Option<GateRecord>> {
+    conn.prepare_cached(&format!("{SELECT_RECORD} WHERE g.link_token = ?1"))?.query_row([token], record).optional()
+}
+
 /// One gate by id, in whatever session.
 pub fn find(conn: &Connection, gate: GateId) -> rusqlite::Result<Option<GateRecord>> {
     conn.prepare_cached(&format!("{SELECT_RECORD} WHERE g.gate_id = ?1"))?
@@ -86,6 +91,7 @@ pub fn open(
     session: SessionId,
     ask: &AskUser,
     max_open: usize,
+    link_key: &[u8],
     effects: &mut Vec<Effect>,
 ) -> Result<OpenOutcome, StoreError> {
     let content = ask.content.canonical();
@@ -120,8 +126,8 @@ pub fn open(
     let respond_at = deadline.filter(|_| gate.default_answer().is_some());
     conn.prepare_cached(
         "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at,
-                            deadline, respond_at)
-         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10)",
+                            deadline, respond_at, link_token)
+         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         gate.id.to_string(),
@@ -134,6 +140,7 @@ pub fn open(
         now.as_nanos(),
         deadline.map(Timestamp::as_nanos),
         respond_at.map(Timestamp::as_nanos),
+        link_token(link_key, gate.id),
     ])?;
     if let Some(at) = respond_at {
         effects.push(Effect::Deadline(gate.id, at));
@@ -208,14 +215,14 @@ pub fn answer(
     gate_id: GateId,
     answer: &Answer,
     key: Option<&Idempotency>,
+    by: &AnsweredBy,
     effects: &mut Vec<Effect>,
 ) -> Result<AnswerOutcome, StoreError> {
     let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key)? else {
         // Lost the race (or never had a chance): the same key check as before the claim.
         return not_open(conn, session, gate_id, key);
     };
-    let by = AnsweredBy::Person { principal: None };
-    let seq = deliver(conn, effects, session, gate_id, claimed, answer, &by)?;
+    let seq = deliver(conn, effects, session, gate_id, claimed, answer, by)?;
     Ok(AnswerOutcome::Accepted { journal_seq: seq })
 }
 

@@ -28,7 +28,7 @@ pub use writer::{BeforeCommit, Health};
 
 use crate::bus::{Bus, Effect};
 use crate::domain::{
-    Answer, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, SessionId, Timestamp,
+    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, SessionId, Timestamp,
 };
 use writer::{Job, Msg, Writer};
 
@@ -117,6 +117,9 @@ struct Inner {
     reader_slots: Arc<tokio::sync::Semaphore>,
     health: Arc<Health>,
     bus: Arc<Bus>,
+    /// The server secret answer-link tokens are derived with (kept in `meta`, so links survive
+    /// restarts).
+    link_key: Arc<Vec<u8>>,
     lock: Mutex<Option<File>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -162,6 +165,9 @@ impl Store {
         }
 
         let conn = schema::open_writer(&config.path, config.durability)?;
+        let link_key: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get(0))
+            .map_err(|e| OpenError::Database(format!("{}: cannot read the server key: {e}", config.path.display())))?;
         let head = journal::head(&conn)
             .map_err(|e| OpenError::Database(format!("{}: cannot read the journal: {e}", config.path.display())))?;
         let bus = Arc::new(Bus::new(head));
@@ -188,6 +194,7 @@ impl Store {
                 reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 health,
                 bus,
+                link_key: Arc::new(link_key.into_bytes()),
                 lock: Mutex::new(Some(lock)),
                 thread: Mutex::new(Some(thread)),
             }),
@@ -197,6 +204,11 @@ impl Store {
     /// The doorbell the writer rings after each commit.
     pub fn bus(&self) -> &Arc<Bus> {
         &self.inner.bus
+    }
+
+    /// The key answer-link tokens are derived with.
+    pub fn link_key(&self) -> &Arc<Vec<u8>> {
+        &self.inner.link_key
     }
 
     /// Whether the last write succeeded (for `/readyz`).
@@ -274,7 +286,8 @@ impl Store {
         ask: AskUser,
         max_open: usize,
     ) -> Result<OpenOutcome, StoreError> {
-        self.write(move |conn, effects| gates::open(conn, session, &ask, max_open, effects)).await
+        let key = Arc::clone(&self.inner.link_key);
+        self.write(move |conn, effects| gates::open(conn, session, &ask, max_open, &key, effects)).await
     }
 
     /// Answers each still-open gate with its policy's default answer (the timer's claim).
@@ -294,8 +307,9 @@ impl Store {
         gate: GateId,
         answer: Answer,
         key: Option<Idempotency>,
+        by: AnsweredBy,
     ) -> Result<AnswerOutcome, StoreError> {
-        self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), effects)).await
+        self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), &by, effects)).await
     }
 
     /// Withdraws an open gate.
@@ -316,6 +330,11 @@ impl Store {
         command: CommandId,
     ) -> Result<bool, StoreError> {
         self.write(move |conn, _| Ok(inbox::ack(conn, session, loop_id, command, Timestamp::now())?)).await
+    }
+
+    /// The gate an answer-link token belongs to.
+    pub async fn gate_by_link(&self, token: String) -> Result<Option<GateRecord>, StoreError> {
+        self.read(move |conn| gates::find_by_link(conn, &token)).await
     }
 
     /// One gate by id, in whatever session.

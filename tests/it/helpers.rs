@@ -353,7 +353,13 @@ impl ServerProcess {
 
     /// Starts `gatehouse serve` on `bind` (a restart on the port a client already knows).
     pub fn start_on(db: &Path, bind: &str) -> Self {
-        let mut child = binary().args(["serve", "--bind", bind, "--db"]).arg(db).spawn().expect("start gatehouse");
+        Self::start_with(db, bind, &[])
+    }
+
+    /// Starts `gatehouse serve` on `bind` with more flags.
+    pub fn start_with(db: &Path, bind: &str, extra: &[&str]) -> Self {
+        let mut child =
+            binary().args(["serve", "--bind", bind, "--db"]).arg(db).args(extra).spawn().expect("start gatehouse");
         let stderr = collect_stderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
         loop {

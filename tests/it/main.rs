@@ -14,3 +14,4 @@ mod inbox;
 mod readme;
 mod streams;
 mod timeouts;
+mod webhooks;

@@ -1,0 +1,125 @@
+//! Answer links (spec §9): `{public_url}/v1/answers/{token}` answers one gate without any other
+//! credential: the token is the capability. `GET` shows a small confirm page; `POST` takes the
+//! body of §5.2 and answers once, as the principal `answer-link`.
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::extract::{IdempotencyKey, JsonBody, Params};
+use super::gates::answer_record;
+use super::{AppState, Route};
+use crate::domain::{AnswerIn, AnsweredBy, GateState};
+use crate::error::ApiError;
+use crate::store::GateRecord;
+
+pub(super) fn routes() -> Vec<Route> {
+    vec![Route::get("/v1/answers/{token}", confirm_page), Route::post("/v1/answers/{token}", answer_by_link)]
+}
+
+#[derive(Deserialize)]
+struct TokenPath {
+    token: String,
+}
+
+async fn find(state: &AppState, token: String) -> Result<GateRecord, ApiError> {
+    // Tokens are 43 base64url characters; anything else cannot match and need not be looked up.
+    let plausible = token.len() == 43 && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let record = if plausible { state.store.gate_by_link(token).await? } else { None };
+    record.ok_or(ApiError::NotFound("no such answer link"))
+}
+
+async fn answer_by_link(
+    State(state): State<AppState>,
+    Params(TokenPath { token }): Params<TokenPath>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(body): JsonBody<AnswerIn>,
+) -> Result<Response, ApiError> {
+    let record = find(&state, token).await?;
+    if let Some(named) = &body.gate_id
+        && named.to_ascii_lowercase() != record.view.gate_id.to_string()
+    {
+        return Err(ApiError::invalid_body("gate_id in the body must name the link's gate"));
+    }
+    answer_record(&state, record, &body, key, AnsweredBy::Person { principal: Some("answer-link".into()) }).await
+}
+
+/// A small page: the question and the choices as text (never HTML from the gate), and a script
+/// that posts the chosen answer as JSON to this same URL.
+async fn confirm_page(
+    State(state): State<AppState>,
+    Params(TokenPath { token }): Params<TokenPath>,
+) -> Result<Response, ApiError> {
+    let record = find(&state, token).await?;
+    let gate = record.gate()?;
+    let field = gate.answer_field();
+    let open = record.view.state == GateState::Open;
+    let mut html = String::from(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>Answer · gatehouse</title><link rel=\"stylesheet\" href=\"/static/style.css\">\
+         <script type=\"module\" src=\"/static/answer.js\"></script></head><body><main class=\"link\">",
+    );
+    html.push_str(&format!(
+        "<h1>{}</h1><p class=\"question\">{}</p>",
+        escape(&gate.prompt.title),
+        escape(&gate.prompt.body)
+    ));
+    if open {
+        html.push_str("<form id=\"answer\" data-gate=\"");
+        html.push_str(&record.view.gate_id.to_string());
+        html.push_str("\">");
+        for option in field.map(|f| f.options.as_slice()).unwrap_or_default() {
+            html.push_str(&format!(
+                "<button type=\"submit\" name=\"answer\" value=\"{0}\">{0}</button>",
+                escape(&option.value)
+            ));
+        }
+        if field.is_some_and(|f| f.options.is_empty() || f.allow_other) {
+            html.push_str(
+                "<label>Your answer <input name=\"text\" autocomplete=\"off\" required></label>\
+                 <button type=\"submit\">Send</button>",
+            );
+        }
+        html.push_str("</form><p id=\"result\" role=\"status\"></p>");
+    } else {
+        let answer = record.view.answer.as_deref().map(escape).unwrap_or_default();
+        html.push_str(&format!("<p role=\"status\">Already {}. {answer}</p>", record.view.state.as_str()));
+    }
+    html.push_str("</main></body></html>");
+    let mut response = (StatusCode::OK, html).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(super::assets::CSP));
+    Ok(response)
+}
+
+/// Text for HTML: gate text is data, never markup.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            super::escape("<script>\"a\" & 'b'</script>"),
+            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
+        );
+    }
+}

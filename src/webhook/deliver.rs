@@ -1,0 +1,199 @@
+//! Outbound notifications (spec §9): one task per endpoint follows the journal in order and POSTs
+//! each event, signed per Standard Webhooks. An endpoint's cursor moves only past an event that
+//! was delivered or given up on (dead letter), so a crash never loses a delivery; failures are
+//! retried on a schedule with jitter; a 410 disables the endpoint until an operator re-enables it.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+
+use super::sign::{self, Secret};
+use crate::domain::{GateId, Timestamp, link_token};
+use crate::store::Store;
+
+/// The default retry schedule: about 5 s, 5 min, 30 min, 2 h, 6 h, 12 h and a day.
+pub const DEFAULT_SCHEDULE: &[Duration] = &[
+    Duration::from_secs(5),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(6 * 3600),
+    Duration::from_secs(12 * 3600),
+    Duration::from_secs(24 * 3600),
+];
+
+/// What every delivery task shares.
+#[derive(Clone)]
+pub struct Delivery {
+    pub store: Store,
+    pub http: reqwest::Client,
+    pub secret: std::sync::Arc<Secret>,
+    /// Waits after the 1st, 2nd, … failed attempt; after the last, the event is a dead letter.
+    pub schedule: Vec<Duration>,
+    /// Base of answer links (`{public_url}/v1/answers/{token}`).
+    pub public_url: String,
+    pub link_key: std::sync::Arc<Vec<u8>>,
+    pub shutdown: CancellationToken,
+}
+
+/// The parts of an event a delivery needs.
+#[derive(Deserialize)]
+struct EventHead {
+    #[serde(rename = "type")]
+    kind: String,
+    event_id: String,
+    #[serde(default)]
+    gate: Option<GateHead>,
+}
+
+#[derive(Deserialize)]
+struct GateHead {
+    id: GateId,
+}
+
+enum Outcome {
+    Delivered,
+    Gone,
+    Failed(String),
+}
+
+impl Delivery {
+    /// Follows one endpoint until shutdown (or until it is disabled).
+    pub async fn run(self, url: String) {
+        let mut head = self.store.bus().head();
+        loop {
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            match self.step(&url, &mut head).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::warn!(%url, error = %e, "webhook delivery could not read or record its state; retrying");
+                    self.pause(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Delivers (or waits for) the next event. `false` when the endpoint is disabled.
+    async fn step(
+        &self,
+        url: &str,
+        head: &mut tokio::sync::watch::Receiver<i64>,
+    ) -> Result<bool, crate::store::StoreError> {
+        let Some(endpoint) = self.store.webhook_endpoint(url.to_owned()).await? else { return Ok(false) };
+        if endpoint.disabled {
+            tracing::warn!(%url, "webhook endpoint disabled (it answered 410); --webhook-reenable to resume");
+            return Ok(false);
+        }
+        head.borrow_and_update();
+        let next = self.store.journal_range(None, endpoint.cursor, i64::MAX, 1).await?;
+        let Some((seq, event)) = next.into_iter().next() else {
+            tokio::select! {
+                _ = head.changed() => {}
+                () = self.shutdown.cancelled() => {}
+            }
+            return Ok(true);
+        };
+        let pending = self.store.webhook_pending(url.to_owned(), seq).await?;
+        if let Some(due) = pending.map(|p| p.next_at)
+            && due > Timestamp::now()
+        {
+            let wait = Duration::from_nanos((due.as_nanos() - Timestamp::now().as_nanos()).max(0) as u64);
+            self.pause(wait).await;
+            return Ok(true);
+        }
+        let attempts = pending.map_or(0, |p| p.attempts);
+        match self.post(url, seq, &event).await {
+            Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq).await?,
+            Outcome::Gone => {
+                self.store.webhook_disable(url.to_owned(), format!("410 Gone at journal seq {seq}")).await?;
+                tracing::warn!(%url, "webhook endpoint answered 410 Gone; disabled");
+                return Ok(false);
+            }
+            Outcome::Failed(error) => {
+                let attempts = attempts + 1;
+                match self.schedule.get(attempts as usize - 1) {
+                    Some(wait) => {
+                        let next_at = Timestamp::now().plus_nanos(jitter(*wait).as_nanos() as i64);
+                        tracing::info!(%url, journal_seq = seq, attempts, %error, "webhook delivery failed; will retry");
+                        self.store.webhook_retry_at(url.to_owned(), seq, attempts, next_at, error).await?;
+                    }
+                    None => {
+                        tracing::warn!(%url, journal_seq = seq, attempts, %error, "webhook delivery failed for good");
+                        self.store.webhook_dead_letter(url.to_owned(), seq, attempts, error).await?;
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// One attempt: the exact bytes are rebuilt from the stored event, so a retry is identical.
+    async fn post(&self, url: &str, seq: i64, event: &str) -> Outcome {
+        let Ok(head) = serde_json::from_str::<EventHead>(event) else {
+            return Outcome::Failed("the stored event is not readable".into());
+        };
+        let body = self.body(seq, event, &head);
+        let timestamp = Timestamp::now().as_nanos() / 1_000_000_000;
+        let signature = sign::sign(&self.secret, &head.event_id, timestamp, body.as_bytes());
+        let sent = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &head.event_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => Outcome::Delivered,
+            Ok(response) if response.status().as_u16() == 410 => Outcome::Gone,
+            Ok(response) => Outcome::Failed(format!("HTTP {}", response.status().as_u16())),
+            Err(e) => Outcome::Failed(cause(&e)),
+        }
+    }
+
+    /// `{"v":1,"journal_seq":N,"event":{…}}`, plus `answer_url` for a `GateOpened`.
+    fn body(&self, seq: i64, event: &str, head: &EventHead) -> String {
+        let event: &RawValue = serde_json::from_str(event).expect("read above");
+        match head.gate.as_ref().filter(|_| head.kind == "GateOpened") {
+            Some(gate) => {
+                let token = link_token(&self.link_key, gate.id);
+                let answer_url = format!("{}/v1/answers/{token}", self.public_url);
+                format!(
+                    "{{\"v\":1,\"journal_seq\":{seq},\"event\":{},\"answer_url\":{}}}",
+                    event.get(),
+                    serde_json::to_string(&answer_url).expect("strings serialise")
+                )
+            }
+            None => format!("{{\"v\":1,\"journal_seq\":{seq},\"event\":{}}}", event.get()),
+        }
+    }
+
+    async fn pause(&self, wait: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = self.shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// ±20 %, so endpoints that failed together do not retry together.
+fn jitter(wait: Duration) -> Duration {
+    let random = uuid::Uuid::new_v4().as_u128() % 1000;
+    wait.mul_f64(0.8 + 0.4 * random as f64 / 1000.0)
+}
+
+/// The innermost cause of a reqwest error, which says more than its top.
+fn cause(e: &reqwest::Error) -> String {
+    let mut source: &dyn std::error::Error = e;
+    while let Some(next) = source.source() {
+        source = next;
+    }
+    source.to_string()
+}

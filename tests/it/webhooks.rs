@@ -1,0 +1,309 @@
+//! Webhook-style integrations (spec §9): signed notifications with durable retries, answer links
+//! and signed answers. The receiver is a real HTTP server on 127.0.0.1, allowed by
+//! `--webhook-allow-cidr` (the SSRF guard refuses loopback otherwise).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use gatehouse::webhook::sign::{self, Secret};
+use serde_json::{Value, json};
+
+use crate::helpers::{ServerProcess, TestApp, ask, eventually, gate_id, uuid};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+/// One received notification.
+#[derive(Debug, Clone)]
+struct Received {
+    /// What the receiver answered.
+    status: u16,
+    id: String,
+    timestamp: String,
+    signature: String,
+    body: Bytes,
+}
+
+impl Received {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    fn seq(&self) -> i64 {
+        self.json()["journal_seq"].as_i64().unwrap()
+    }
+}
+
+/// A webhook receiver answering with `status(journal_seq, attempt)`.
+#[derive(Clone)]
+struct Receiver {
+    url: String,
+    got: Arc<Mutex<Vec<Received>>>,
+    status: Arc<Mutex<Box<dyn Fn(i64, usize) -> u16 + Send>>>,
+}
+
+impl Receiver {
+    async fn start(status: impl Fn(i64, usize) -> u16 + Send + 'static) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let receiver = Self { url, got: Arc::default(), status: Arc::new(Mutex::new(Box::new(status))) };
+        let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(receiver.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        receiver
+    }
+
+    fn set(&self, status: impl Fn(i64, usize) -> u16 + Send + 'static) {
+        *self.status.lock().unwrap() = Box::new(status);
+    }
+
+    fn got(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// The seqs answered 2xx, in the order they arrived.
+    fn delivered(&self) -> Vec<i64> {
+        self.got().iter().filter(|r| (200..300).contains(&r.status)).map(Received::seq).collect()
+    }
+}
+
+async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let mut received = Received {
+        status: 0,
+        id: header("webhook-id"),
+        timestamp: header("webhook-timestamp"),
+        signature: header("webhook-signature"),
+        body,
+    };
+    let seq = received.seq();
+    let mut got = receiver.got.lock().unwrap();
+    let attempt = got.iter().filter(|r| r.seq() == seq).count();
+    received.status = (receiver.status.lock().unwrap())(seq, attempt);
+    got.push(received.clone());
+    StatusCode::from_u16(received.status).unwrap()
+}
+
+fn secret_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("webhook.secret");
+    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    path
+}
+
+async fn app_for(
+    receiver: &Receiver,
+    dir: &std::path::Path,
+    adjust: impl FnOnce(&mut gatehouse::ServeArgs),
+) -> TestApp {
+    let secret = secret_file(dir);
+    let url = receiver.url.clone();
+    TestApp::spawn_with(move |args| {
+        args.webhook_urls = vec![url];
+        args.webhook_secret_file = Some(secret);
+        args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
+        args.webhook_retry_schedule = vec![Duration::from_millis(50), Duration::from_millis(100)];
+        adjust(args);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_event_is_delivered_signed_in_order_with_answer_links() {
+    let receiver = Receiver::start(|_, _| 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_for(&receiver, dir.path(), |_| {}).await;
+    let session = uuid();
+    let mut body = ask(&uuid(), &uuid(), "Ship <script>alert(1)</script>?");
+    body["choices"] = json!(["yes", "no"]);
+    let gate = gate_id(&app.open(&session, &body).await);
+    let other = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Second")).await);
+    app.answer(&session, &other, "done").await.expect(202);
+    eventually("five deliveries", async || receiver.got().len() >= 5).await;
+
+    let got = receiver.got();
+    assert_eq!(got.iter().map(Received::seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5], "journal order, once each");
+    let secret: Secret = SECRET.parse().unwrap();
+    let journal = app.journal().await;
+    for (received, entry) in got.iter().zip(&journal) {
+        let now = received.timestamp.parse::<i64>().unwrap();
+        sign::verify(&secret, &received.id, &received.timestamp, &received.signature, &received.body, now)
+            .expect("signed over the exact bytes");
+        assert_eq!(received.id, entry["event"]["event_id"].as_str().unwrap(), "webhook-id is the event's id");
+        let payload = received.json();
+        assert_eq!(payload["v"], 1);
+        assert_eq!(payload["event"], entry["event"]);
+        assert_eq!(payload.get("answer_url").is_some(), entry["event"]["type"] == "GateOpened");
+    }
+
+    // The first GateOpened's answer link answers that gate, once, as `answer-link`.
+    let link = got[0].json()["answer_url"].as_str().unwrap().to_owned();
+    let path = link.strip_prefix(&app.base).expect("the link points at this server").to_owned();
+    let page = app.get(&path).await.expect(200);
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(html.contains("Ship &lt;script&gt;alert(1)&lt;/script&gt;?"), "gate text is escaped: {html}");
+    assert!(!html.contains("<script>alert"));
+    assert_eq!(page.headers["referrer-policy"], "no-referrer");
+    let accepted = app.post(&path, &crate::helpers::answer("yes")).await.expect(202).json();
+    assert_eq!(accepted["gate_id"], gate.as_str());
+    let view = app.view(&session, &gate).await;
+    assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "answer-link"}));
+    app.post(&path, &crate::helpers::answer("no")).await.expect_error(409, "gate_not_ready");
+    let unknown = format!("/v1/answers/{}", "A".repeat(43));
+    app.post(&unknown, &crate::helpers::answer("no")).await.expect_error(404, "not_found");
+    app.get(&unknown).await.expect_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn failed_deliveries_are_retried_with_identical_bytes_then_dead_lettered() {
+    // Event 1 always fails; event 2 fails once, then succeeds; the rest succeed.
+    let receiver = Receiver::start(|seq, attempt| match (seq, attempt) {
+        (1, _) => 500,
+        (2, 0) => 503,
+        _ => 200,
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_for(&receiver, dir.path(), |_| {}).await;
+    let session = uuid();
+    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Retry?")).await);
+    app.answer(&session, &gate, "ok").await.expect(202);
+    eventually("the endpoint moves past the dead letter", async || receiver.delivered() == [2, 3]).await;
+
+    let got = receiver.got();
+    let of = |seq| got.iter().filter(|r| r.seq() == seq).cloned().collect::<Vec<_>>();
+    assert_eq!(of(1).len(), 3, "one attempt and two retries, then a dead letter");
+    assert!(of(1).windows(2).all(|w| w[0].body == w[1].body && w[0].id == w[1].id), "a retry is the same message");
+    assert_eq!(of(2).len(), 2);
+    let failed = app.get("/v1/webhooks/deliveries?status=failed").await.expect(200).json();
+    assert_eq!(failed["deliveries"].as_array().unwrap().len(), 1);
+    assert_eq!(failed["deliveries"][0]["journal_seq"], 1);
+    assert_eq!(failed["deliveries"][0]["attempts"], 3);
+    assert_eq!(failed["deliveries"][0]["last_error"], "HTTP 500");
+    let pending = app.get("/v1/webhooks/deliveries?status=pending").await.expect(200).json();
+    assert!(pending["deliveries"].as_array().unwrap().is_empty());
+    app.get("/v1/webhooks/deliveries?status=lost").await.expect_error(400, "invalid_parameter");
+}
+
+#[tokio::test]
+async fn a_410_disables_the_endpoint_until_it_is_reenabled() {
+    let receiver = Receiver::start(|_, _| 410).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    let db = dir.path().join("gatehouse.db");
+    let url = receiver.url.clone();
+    let flags = |args: &mut gatehouse::ServeArgs| {
+        args.webhook_urls = vec![url.clone()];
+        args.webhook_secret_file = Some(secret.clone());
+        args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
+    };
+    let app = TestApp::start(&db, flags).await;
+    let session = uuid();
+    app.open(&session, &ask(&uuid(), &uuid(), "Gone?")).await;
+    eventually("the first delivery", async || !receiver.got().is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.got().len(), 1, "disabled after the 410: nothing more is sent");
+    app.stop().await;
+
+    // Still disabled after a restart; re-enabled by the flag, it resumes where it stopped.
+    let app = TestApp::start(&db, flags).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.got().len(), 1, "the disabling is persisted");
+    app.stop().await;
+    receiver.set(|_, _| 200);
+    let reenable = receiver.url.clone();
+    let app = TestApp::start(&db, move |args| {
+        flags(args);
+        args.webhook_reenable = vec![reenable];
+    })
+    .await;
+    eventually("both events delivered", async || receiver.delivered() == [1, 2]).await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn deliveries_survive_a_crash_of_the_server() {
+    let receiver = Receiver::start(|_, _| 503).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    let db = dir.path().join("gatehouse.db");
+    let secret_flag = secret.to_string_lossy().into_owned();
+    let flags = [
+        "--webhook-url",
+        &receiver.url,
+        "--webhook-secret-file",
+        &secret_flag,
+        "--webhook-allow-cidr",
+        "127.0.0.1/32",
+        "--webhook-retry-schedule",
+        "100ms,100ms,100ms,100ms,100ms,100ms,100ms,100ms,100ms,30s",
+    ];
+    let server = ServerProcess::start_with(&db, "127.0.0.1:0", &flags);
+    let session = uuid();
+    server.open(&session, &ask(&uuid(), &uuid(), "Crash?")).await;
+    eventually("a failed attempt", async || !receiver.got().is_empty()).await;
+    server.kill();
+
+    receiver.set(|_, _| 200);
+    let _server = ServerProcess::start_with(&db, "127.0.0.1:0", &flags);
+    eventually("delivered after the restart", async || receiver.delivered() == [1, 2]).await;
+}
+
+#[tokio::test]
+async fn signed_answers_authenticate_as_webhook() {
+    let receiver = Receiver::start(|_, _| 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = app_for(&receiver, dir.path(), |_| {}).await;
+    let session = uuid();
+    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let secret: Secret = SECRET.parse().unwrap();
+    let body = crate::helpers::answer("from the bot").to_string();
+    let signed = |id: &str, timestamp: i64, body: &str| {
+        let signature = sign::sign(&secret, id, timestamp, body.as_bytes());
+        (id.to_owned(), timestamp.to_string(), signature)
+    };
+    let now = gatehouse::domain::Timestamp::now().as_nanos() / 1_000_000_000;
+    let send = async |(id, ts, sig): (String, String, String), body: &str| {
+        let headers = [
+            ("content-type", "application/json"),
+            ("webhook-id", id.as_str()),
+            ("webhook-timestamp", ts.as_str()),
+            ("webhook-signature", sig.as_str()),
+        ];
+        app.send(reqwest::Method::POST, &path, &headers, Some(body.as_bytes().to_vec())).await
+    };
+
+    send(signed("msg_1", now, "{\"other\":1}"), &body).await.expect_error(401, "unauthorized");
+    send(signed("msg_1", now - 400, &body), &body).await.expect_error(401, "unauthorized");
+    assert_eq!(app.view(&session, &gate).await["state"], "open", "refused signatures change nothing");
+    let first = send(signed("msg_1", now, &body), &body).await.expect(202).json();
+    // A redelivery of the same message is the same answer (webhook-id is the idempotency key).
+    let again = send(signed("msg_1", now, &body), &body).await.expect(202).json();
+    assert_eq!(first, again);
+    let view = app.view(&session, &gate).await;
+    assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
+}
+
+#[test]
+fn unsafe_or_unsigned_webhook_settings_refuse_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path());
+    let db = dir.path().join("x.db");
+    let start = |extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["serve".into(), "--bind".into(), "127.0.0.1:0".into(), "--db".into(), db.clone().into()];
+        args.extend(extra.iter().map(Into::into));
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        ServerProcess::run_to_exit(&refs)
+    };
+    let secret = secret.to_string_lossy().into_owned();
+    let (code, stderr) = start(&["--webhook-url", "http://127.0.0.1:9/hook", "--webhook-secret-file", &secret]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("127.0.0.1"), "loopback is refused without an allow-list: {stderr}");
+    let (code, stderr) = start(&["--webhook-url", "http://user:pw@example.com/hook", "--webhook-secret-file", &secret]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let (code, stderr) = start(&["--webhook-url", "http://example.com/hook"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--webhook-secret-file"), "{stderr}");
+}
