@@ -64,7 +64,7 @@ impl Api {
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(45))
             .build()
-            .expect("a client without TLS builds");
+            .expect("the client options are valid");
         Self { base: base.trim_end_matches('/').to_owned(), http }
     }
 
@@ -109,7 +109,7 @@ impl Api {
         let response = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
-            .expect("a client without TLS builds")
+            .expect("the client options are valid")
             .get(format!("{}{path}", self.base))
             .header("accept", "text/event-stream")
             .send()

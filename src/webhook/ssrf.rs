@@ -405,7 +405,7 @@ impl Resolve for Guard {
 /// uses no proxy (a proxy would resolve the name itself, past the guard), follows no redirect
 /// (a 3xx counts as a failed delivery, and following one would skip `Guard::check`), and gives up
 /// after `REQUEST_TIMEOUT`. IP-literal URLs bypass the resolver: pass every URL through
-/// `Guard::check` first. Built without TLS, so https endpoints fail when sent to.
+/// `Guard::check` first.
 pub fn client(guard: Guard) -> reqwest::Client {
     reqwest::Client::builder()
         .dns_resolver(guard)
