@@ -1,1 +1,489 @@
-// the inbox page
+// The inbox page: every open gate across sessions, live, answerable from here.
+//
+// The page holds two keyed collections, open gates and recently resolved ones, and changes the
+// DOM one gate at a time, so a card being typed into is never rebuilt under the person's cursor.
+// Journal events are applied idempotently by gate id: a snapshot followed by the journal may
+// repeat what the page already knows, and that must change nothing.
+
+import { answerGate, getGate, listAllGates, listSomeGates, newIdempotencyKey } from './api.js';
+import { JournalFollower } from './stream.js';
+import {
+  answerField,
+  fill,
+  fieldMessage,
+  h,
+  howResolved,
+  liveTime,
+  matchesSearch,
+  parseTime,
+  refreshTimes,
+  shortId,
+} from './view.js';
+
+const RECENT_LIMIT = 20;
+const ANSWER_TRIES = 4;
+const DEFAULT_TITLE = 'User input requested';
+
+const dom = {
+  connection: document.getElementById('connection'),
+  openHeading: document.getElementById('open-heading'),
+  openCount: document.getElementById('open-count'),
+  openEmpty: document.getElementById('open-empty'),
+  openList: document.getElementById('open-list'),
+  resolvedCount: document.getElementById('resolved-count'),
+  resolvedEmpty: document.getElementById('resolved-empty'),
+  resolvedList: document.getElementById('resolved-list'),
+  sessionFilter: document.getElementById('filter-session'),
+  search: document.getElementById('filter-search'),
+  announcer: document.getElementById('announcer'),
+};
+
+/** gate id → { view, card, fieldset, input, status, errors, attempt, submitting, hadFocus } */
+const openGates = new Map();
+/** gate id → { view, item } */
+const resolvedGates = new Map();
+/** gate id → { answer, won }: what this tab sent, so the resolved list can say what became of it. */
+const sentHere = new Map();
+/** session id → its <option> in the session filter */
+const sessionOptions = new Map();
+/** Bumped by every snapshot, so a gate view fetched for an older one cannot resurrect stale state. */
+let generation = 0;
+let snapshotDone = false;
+
+// ---- open gates -------------------------------------------------------------------------------
+
+/** The view of a gate that was just opened, built from its GateOpened event and seq. */
+function viewFromOpened(event, seq) {
+  const view = {
+    session_id: event.session_id,
+    loop_id: event.loop_id,
+    state: 'open',
+    gate: event.gate,
+    opened_seq: seq,
+    opened_at: event.created_at,
+  };
+  const timeout = event.gate.response_policy?.timeout; // nanoseconds
+  if (timeout) view.deadline = new Date(parseTime(event.created_at) + timeout / 1e6).toISOString();
+  return view;
+}
+
+function addOpen(view) {
+  const id = view.gate.id;
+  if (openGates.has(id) || resolvedGates.has(id)) return false;
+  const entry = buildOpenCard(view);
+  openGates.set(id, entry);
+  insertNewestFirst(dom.openList, entry.card, view.opened_seq);
+  noteSession(view.session_id);
+  entry.card.hidden = !matchesFilters(view);
+  return true;
+}
+
+function buildOpenCard(view) {
+  const { gate } = view;
+  const id = gate.id;
+  const field = answerField(gate);
+  const entry = { view, attempt: null, submitting: false, hadFocus: false };
+  const questionId = `question-${id}`;
+  const errorsId = `errors-${id}`;
+  const inputId = `answer-${id}`;
+
+  const choices = (field.kind === 'select' ? field.options ?? [] : []).map((option) => {
+    const button = h(
+      'button',
+      { type: 'button', class: 'choice', 'data-testid': 'choice', 'data-value': option.value },
+      option.label || option.value,
+    );
+    button.addEventListener('click', () => submitAnswer(id, option.value));
+    return button;
+  });
+
+  // Free text when the field is text, or a select that allows an answer besides its choices.
+  const freeText = field.kind !== 'select' || field.allow_other === true;
+  entry.input = freeText
+    ? h('input', {
+        id: inputId,
+        type: 'text',
+        autocomplete: 'off',
+        enterkeyhint: 'send',
+        'aria-describedby': errorsId,
+        'data-testid': 'answer-input',
+      })
+    : null;
+
+  entry.fieldset = h(
+    'fieldset',
+    {},
+    h('legend', { class: 'visually-hidden' }, 'Answer'),
+    choices.length > 0 && h('div', { class: 'choices' }, choices),
+    freeText &&
+      h(
+        'div',
+        { class: 'free' },
+        h('label', { for: inputId }, choices.length > 0 ? 'Other answer' : 'Your answer'),
+        h('div', { class: 'free-row' }, entry.input, h('button', { type: 'submit', class: 'send', 'data-testid': 'send' }, 'Send')),
+      ),
+  );
+  entry.status = h('p', { class: 'status', 'data-testid': 'gate-status', role: 'status' });
+  entry.errors = h('div', { id: errorsId, class: 'errors', role: 'alert', 'data-testid': 'gate-error', hidden: true });
+
+  // A form gives Enter-to-submit in the text field for free; CSP forbids it from navigating anyway.
+  const form = h('form', { class: 'answer', 'aria-labelledby': questionId, novalidate: true }, entry.fieldset, entry.status, entry.errors);
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    if (entry.input) submitAnswer(id, entry.input.value);
+  });
+
+  const title = gate.prompt?.title;
+  entry.card = h(
+    'li',
+    { class: 'card', 'data-testid': 'open-gate', 'data-gate-id': id, 'data-session-id': view.session_id, 'data-seq': view.opened_seq },
+    h(
+      'article',
+      { 'aria-labelledby': questionId, tabindex: -1 },
+      h(
+        'p',
+        { class: 'meta' },
+        title && title !== DEFAULT_TITLE && h('span', { class: 'title', 'data-testid': 'title' }, title),
+        shortId('session', view.session_id),
+        shortId('loop', view.loop_id),
+        liveTime('asked', view.opened_at),
+        view.deadline && deadlineNote(view),
+      ),
+      h('h3', { id: questionId, class: 'question', 'data-testid': 'question' }, gate.prompt?.body ?? ''),
+      form,
+    ),
+  );
+  return entry;
+}
+
+/** "deadline in 4 min, then “no”": when the gate stops waiting and what it answers then. */
+function deadlineNote(view) {
+  const policy = view.gate.response_policy;
+  const fallback = policy?.on_timeout === 'respond' ? policy.response?.values?.answer : undefined;
+  return h(
+    'span',
+    { class: 'deadline', 'data-testid': 'deadline' },
+    liveTime('deadline', view.deadline),
+    fallback !== undefined && `, then “${fallback}”`,
+  );
+}
+
+/** Takes a gate's card off the open list; focus that was in it moves to the next question. */
+function removeOpen(id) {
+  const entry = openGates.get(id);
+  if (!entry) return null;
+  // Focus in the card, or lost to <body> when the card's controls were disabled for sending; if the
+  // person has moved on to something else meanwhile, leave their focus alone.
+  const focusLost = !document.activeElement || document.activeElement === document.body;
+  const hadFocus = entry.card.contains(document.activeElement) || (entry.hadFocus && focusLost);
+  const neighbour = visibleSibling(entry.card);
+  entry.card.remove();
+  openGates.delete(id);
+  // The next question itself, not its text field: that would pop up a phone's keyboard unasked.
+  if (hadFocus) (neighbour?.querySelector('article') ?? dom.openHeading).focus();
+  return entry;
+}
+
+function visibleSibling(card) {
+  for (let other = card.nextElementSibling; other; other = other.nextElementSibling) if (!other.hidden) return other;
+  for (let other = card.previousElementSibling; other; other = other.previousElementSibling) if (!other.hidden) return other;
+  return null;
+}
+
+/** Keeps a list ordered by data-seq, highest first, without moving any element already in it. */
+function insertNewestFirst(list, element, seq) {
+  element.dataset.seq = String(seq);
+  for (const other of list.children) {
+    if (Number(other.dataset.seq) < seq) {
+      list.insertBefore(element, other);
+      return;
+    }
+  }
+  list.append(element);
+}
+
+// ---- answering --------------------------------------------------------------------------------
+
+async function submitAnswer(id, answer) {
+  const entry = openGates.get(id);
+  if (!entry || entry.submitting) return;
+  // One Idempotency-Key per attempt. Sending the same answer again after an unknown outcome is a
+  // retry of that attempt and reuses its key, so a 202 lost on the way back is replayed, not doubled.
+  if (entry.attempt?.answer !== answer) entry.attempt = { answer, key: newIdempotencyKey() };
+  const { key } = entry.attempt;
+  setBusy(entry, true);
+  try {
+    const accepted = await answerWithRetries(entry.view, answer, key);
+    sentHere.set(id, { answer, won: true });
+    const resolution = {
+      type: 'GateResolved',
+      gate_id: id,
+      reason: 'answered',
+      action: 'answer',
+      source: { kind: 'user' },
+      created_at: new Date().toISOString(),
+    };
+    gateLeftOpen(id, { state: 'resolved', resolved_seq: accepted.journal_seq, resolution, answer });
+    announce('Answer sent.');
+  } catch (error) {
+    if (error.code === 'gate_not_ready' && error.resolution) {
+      // Losing a race is an outcome, not an error: the gate has its answer, show the winner's.
+      sentHere.set(id, { answer, won: false });
+      gateLeftOpen(id, provisional(error.resolution, Number.MAX_SAFE_INTEGER));
+      announce('Someone else answered this question first.');
+      return;
+    }
+    // The server refused this answer: whatever is sent next is a new attempt with a new key.
+    if (!error.retryable) entry.attempt = null;
+    setBusy(entry, false);
+    showError(entry, error);
+  }
+}
+
+/** Retries what may not have arrived (no response, 503), always with the same key. */
+async function answerWithRetries(view, answer, key) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await answerGate(view, answer, key);
+    } catch (error) {
+      if (!error.retryable || attempt >= ANSWER_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 400 * 2 ** (attempt - 1)));
+    }
+  }
+}
+
+function setBusy(entry, busy) {
+  if (busy) {
+    entry.hadFocus = entry.card.contains(document.activeElement);
+    entry.errors.hidden = true;
+    entry.errors.replaceChildren();
+    entry.input?.removeAttribute('aria-invalid');
+  }
+  entry.submitting = busy;
+  entry.fieldset.disabled = busy; // disables every control of the gate at once
+  entry.card.setAttribute('aria-busy', String(busy));
+  entry.status.textContent = busy ? 'Sending…' : '';
+  if (!busy && entry.hadFocus) {
+    entry.hadFocus = false;
+    const focusLost = !document.activeElement || document.activeElement === document.body;
+    if (focusLost) (entry.input ?? entry.fieldset.querySelector('button'))?.focus();
+  }
+}
+
+function showError(entry, error) {
+  const fieldError = (field) => h('span', { 'data-testid': 'field-error' }, fieldMessage(field));
+  if (error.fields.length === 1) {
+    fill(entry.errors, h('p', {}, 'This answer was not accepted: ', fieldError(error.fields[0]), '.'));
+  } else if (error.fields.length > 1) {
+    fill(entry.errors, h('p', {}, 'This answer was not accepted:'), h('ul', {}, error.fields.map((field) => h('li', {}, fieldError(field)))));
+  } else if (error.retryable) {
+    fill(entry.errors, h('p', {}, `Your answer may not have arrived (${error.message}). Send it again: it will not be counted twice.`));
+  } else {
+    fill(entry.errors, h('p', {}, `This answer was not accepted: ${error.message}.`));
+  }
+  entry.errors.hidden = false;
+  if (error.fields.length > 0) entry.input?.setAttribute('aria-invalid', 'true');
+}
+
+// ---- recently resolved ------------------------------------------------------------------------
+
+/** The members a resolution adds to a view, from a GateResolved we have before the full view. */
+function provisional(resolution, seq) {
+  return {
+    state: resolution.action ? 'resolved' : 'closed',
+    resolved_seq: seq,
+    resolution,
+    // The event carries an 80-character preview; the full answer comes with the fetched view.
+    answer: resolution.action ? resolution.audit?.data?.answer_preview : undefined,
+  };
+}
+
+/**
+ * A gate left open (a GateResolved event, or our own 202 or 409): off the open list at once, onto
+ * the resolved list with what we know, then with its full view once fetched.
+ */
+function gateLeftOpen(id, resolvedMembers) {
+  const entry = removeOpen(id);
+  const known = resolvedGates.get(id);
+  if (known) {
+    renderResolved(known); // what this tab sent may have just become known
+  } else {
+    if (entry) showResolved({ ...entry.view, ...resolvedMembers });
+    const asOf = generation;
+    getGate(id)
+      .then((view) => {
+        if (asOf === generation && view.state !== 'open') {
+          showResolved(view);
+          updateCounts();
+        }
+      })
+      .catch((error) => console.warn('gatehouse: could not read gate', id, error));
+  }
+  updateCounts();
+}
+
+function showResolved(view) {
+  const id = view.gate.id;
+  let known = resolvedGates.get(id);
+  if (!known) {
+    known = { view, item: h('li', { class: 'resolved-item', 'data-testid': 'resolved-gate', 'data-gate-id': id }) };
+    resolvedGates.set(id, known);
+    noteSession(view.session_id);
+  } else if (known.view.resolved_seq !== view.resolved_seq) {
+    known.item.remove(); // re-placed below: a provisional seq became the real one
+  }
+  known.view = view;
+  if (!known.item.isConnected) insertNewestFirst(dom.resolvedList, known.item, view.resolved_seq);
+  renderResolved(known);
+  known.item.hidden = !matchesFilters(view);
+  // Only the most recent stay: the oldest go, as the listing on page start would show them.
+  while (resolvedGates.size > RECENT_LIMIT) {
+    const oldest = dom.resolvedList.lastElementChild;
+    resolvedGates.delete(oldest.dataset.gateId);
+    oldest.remove();
+  }
+}
+
+function renderResolved({ view, item }) {
+  const { resolution } = view;
+  const sent = sentHere.get(view.gate.id);
+  fill(
+    item,
+    h('p', { class: 'question', 'data-testid': 'question' }, view.gate.prompt?.body ?? ''),
+    view.answer !== undefined
+      ? h('p', { class: 'answer-text', 'data-testid': 'answer' }, view.answer)
+      : h('p', { class: 'answer-text none', 'data-testid': 'answer' }, 'No answer'),
+    h(
+      'p',
+      { class: 'meta' },
+      h('span', { class: `how how-${resolution.reason}`, 'data-testid': 'how', 'data-reason': resolution.reason }, howResolved(resolution)),
+      liveTime('', resolution.created_at),
+      shortId('session', view.session_id),
+      shortId('loop', view.loop_id),
+    ),
+    sent && sentNote(sent, view),
+  );
+}
+
+/** What became of the answer this tab sent: it counted, or another one got there first. */
+function sentNote(sent, view) {
+  if (sent.won) return h('p', { class: 'note', 'data-testid': 'own-answer' }, 'You answered this from this page.');
+  let text;
+  if (view.resolution.reason === 'answered' && view.answer === sent.answer) {
+    text = 'Someone else gave the same answer first; yours was not needed.';
+  } else {
+    const first = { answered: 'Someone else answered first', policy_response: 'The timeout answered first' };
+    text = `${first[view.resolution.reason] ?? 'The question was closed first'}; your answer “${sent.answer}” was not used.`;
+  }
+  return h('p', { class: 'note lost', 'data-testid': 'lost-race' }, text);
+}
+
+// ---- filters, counts, announcements -------------------------------------------------------------
+
+function matchesFilters(view) {
+  const session = dom.sessionFilter.value;
+  return (!session || view.session_id === session) && matchesSearch(view, dom.search.value.trim());
+}
+
+function applyFilters() {
+  for (const { view, card } of openGates.values()) card.hidden = !matchesFilters(view);
+  for (const { view, item } of resolvedGates.values()) item.hidden = !matchesFilters(view);
+  updateCounts();
+}
+
+/** Every session the page has seen stays selectable, even when its gates are gone. */
+function noteSession(sessionId) {
+  if (sessionOptions.has(sessionId)) return;
+  const option = h('option', { value: sessionId, title: sessionId }, `${sessionId.slice(0, 8)} (0 open)`);
+  sessionOptions.set(sessionId, option);
+  dom.sessionFilter.append(option);
+}
+
+function updateCounts() {
+  const openPerSession = new Map();
+  let openShown = 0;
+  for (const { view, card } of openGates.values()) {
+    openPerSession.set(view.session_id, (openPerSession.get(view.session_id) ?? 0) + 1);
+    if (!card.hidden) openShown += 1;
+  }
+  for (const [sessionId, option] of sessionOptions) {
+    option.textContent = `${sessionId.slice(0, 8)} (${openPerSession.get(sessionId) ?? 0} open)`;
+  }
+  dom.openCount.textContent = countText(openShown, openGates.size);
+  dom.openEmpty.hidden = openShown > 0;
+  if (!snapshotDone) dom.openEmpty.textContent = 'Loading…';
+  else if (openGates.size === 0) dom.openEmpty.textContent = 'No open questions. New ones appear here as soon as an agent asks.';
+  else dom.openEmpty.textContent = 'No open question matches the filters.';
+
+  let resolvedShown = 0;
+  for (const { item } of resolvedGates.values()) if (!item.hidden) resolvedShown += 1;
+  dom.resolvedCount.textContent = countText(resolvedShown, resolvedGates.size);
+  dom.resolvedEmpty.hidden = resolvedShown > 0;
+  dom.resolvedEmpty.textContent = resolvedGates.size === 0 ? 'Nothing resolved yet.' : 'Nothing here matches the filters.';
+
+  document.title = openGates.size > 0 ? `(${openGates.size}) gatehouse` : 'gatehouse';
+}
+
+function countText(shown, total) {
+  return shown === total ? `(${total})` : `(${shown} of ${total})`;
+}
+
+function announce(text) {
+  dom.announcer.textContent = text;
+}
+
+// ---- following the journal ----------------------------------------------------------------------
+
+/**
+ * Loads the open gates and the recent resolutions, reconciled with what the page shows: cards
+ * still open keep their element (and anything typed into them). Returns the journal seq to
+ * follow from.
+ */
+async function snapshot() {
+  const { gates: open, journalSeq } = await listAllGates('open');
+  const recent = await listSomeGates('resolved,closed', RECENT_LIMIT);
+  generation += 1;
+
+  for (const { item } of resolvedGates.values()) item.remove();
+  resolvedGates.clear();
+  for (const view of recent) showResolved(view);
+
+  // A gate resolved between the two reads is in both: the later read wins.
+  const stillOpen = open.filter((view) => !resolvedGates.has(view.gate.id));
+  const stillOpenIds = new Set(stillOpen.map((view) => view.gate.id));
+  for (const id of [...openGates.keys()]) if (!stillOpenIds.has(id)) removeOpen(id);
+  for (const view of stillOpen) addOpen(view);
+
+  snapshotDone = true;
+  updateCounts();
+  return journalSeq;
+}
+
+function applyEvent(event, seq) {
+  if (event.type === 'GateOpened') {
+    if (addOpen(viewFromOpened(event, seq))) {
+      updateCounts();
+      announce(`New question: ${event.gate.prompt?.body ?? ''}`.slice(0, 200));
+    }
+  } else if (event.type === 'GateResolved') {
+    gateLeftOpen(event.gate_id, provisional(event, seq));
+  }
+  // UserInputRequested repeats GateOpened for the harness: nothing to show.
+}
+
+const CONNECTION_WORDS = {
+  loading: () => 'Loading…',
+  connecting: () => 'Connecting…',
+  live: () => 'Live',
+  offline: ({ retryInMs }) => `Offline, reconnecting in ${Math.max(1, Math.round(retryInMs / 1000))} s`,
+};
+
+function showConnection(state, detail = {}) {
+  dom.connection.dataset.state = state;
+  dom.connection.textContent = CONNECTION_WORDS[state](detail);
+}
+
+dom.sessionFilter.addEventListener('change', applyFilters);
+dom.search.addEventListener('input', applyFilters);
+setInterval(refreshTimes, 15000);
+new JournalFollower({ snapshot, onEvent: applyEvent, onState: showConnection }).run();

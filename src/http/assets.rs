@@ -14,6 +14,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("index.html", "text/html; charset=utf-8", include_str!("../../static/index.html")),
     ("style.css", "text/css; charset=utf-8", include_str!("../../static/style.css")),
     ("app.js", "text/javascript; charset=utf-8", include_str!("../../static/app.js")),
+    ("answer.js", "text/javascript; charset=utf-8", include_str!("../../static/answer.js")),
     ("api.js", "text/javascript; charset=utf-8", include_str!("../../static/api.js")),
     ("stream.js", "text/javascript; charset=utf-8", include_str!("../../static/stream.js")),
     ("view.js", "text/javascript; charset=utf-8", include_str!("../../static/view.js")),

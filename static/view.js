@@ -1,0 +1,117 @@
+// Building the page's elements. Text from gates only ever goes in as text (h() sets textContent
+// and attributes, never HTML), so a question containing <script> shows as those characters.
+
+/** h('p', {class: 'x'}, 'text', child…): an element with attributes and text or element children. */
+export function h(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === false || value === null || value === undefined) continue;
+    element.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return element;
+}
+
+/** Replaces an element's children, with h()'s rules for what a child may be. */
+export function fill(element, ...children) {
+  element.replaceChildren(...h('div', {}, ...children).childNodes);
+}
+
+/** The first block of a UUID: enough to tell sessions apart at a glance; the full id is on hover. */
+export function shortId(label, id) {
+  return h('span', { class: 'id' }, `${label} `, h('code', { title: id, 'data-testid': `${label}-id` }, id.slice(0, 8)));
+}
+
+/** RFC 3339 with nanoseconds: Date.parse is only specified for milliseconds, so cut the rest. */
+export function parseTime(text) {
+  return Date.parse(text.replace(/(\.\d{3})\d+/, '$1'));
+}
+
+const absolute = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+
+function span(ms) {
+  const seconds = Math.round(Math.abs(ms) / 1000);
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 48) return `${hours} h`;
+  return `${Math.round(hours / 24)} days`;
+}
+
+/** "just now", "3 min ago", or for a time ahead "in 4 min". */
+export function relative(time, now = Date.now()) {
+  const ms = parseTime(time) - now;
+  if (Math.abs(ms) < 10000) return 'just now';
+  return ms < 0 ? `${span(ms)} ago` : `in ${span(ms)}`;
+}
+
+/**
+ * A <time> that keeps itself current: `refreshTimes()` rewrites every one from its datetime,
+ * with `data-prefix` before it ("asked 3 min ago", "deadline in 4 min").
+ */
+export function liveTime(prefix, time) {
+  const element = h('time', { datetime: time, 'data-prefix': prefix, title: absolute.format(parseTime(time)) });
+  element.textContent = withPrefix(prefix, relative(time));
+  return element;
+}
+
+export function refreshTimes(root = document) {
+  const now = Date.now();
+  for (const element of root.querySelectorAll('time[data-prefix]')) {
+    element.textContent = withPrefix(element.dataset.prefix, relative(element.getAttribute('datetime'), now));
+  }
+}
+
+function withPrefix(prefix, text) {
+  return prefix ? `${prefix} ${text}` : text;
+}
+
+/** How a gate left open, in words a person uses. */
+export function howResolved(resolution) {
+  switch (resolution?.reason) {
+    case 'answered':
+      return 'Answered by a person';
+    case 'policy_response':
+      return 'Answered on timeout';
+    case 'owner_closed':
+      return 'Closed by its agent';
+    case 'abandoned':
+      return 'Abandoned';
+    default:
+      return 'Resolved';
+  }
+}
+
+const FIELD_WORDS = {
+  required: 'an answer is required',
+  empty: 'the answer must not be empty',
+  blank: 'the answer must not be only spaces',
+  type: 'the answer must be text',
+  not_a_choice: 'the answer must be one of the choices',
+  too_long: 'the answer is too long',
+};
+
+/** The server's own message for a field problem; our words when it sent none. */
+export function fieldMessage(field) {
+  return field.message || FIELD_WORDS[field.code] || `invalid (${field.code})`;
+}
+
+/** The answer field of an AskUser gate's schema: kind text, or select with options. */
+export function answerField(gate) {
+  return gate.prompt?.schema?.fields?.find((field) => field.name === 'answer') ?? { kind: 'text' };
+}
+
+/** Whether the question matches a search: every word somewhere in the question or its title. */
+export function matchesSearch(view, search) {
+  if (!search) return true;
+  const text = `${view.gate.prompt?.title ?? ''}\n${view.gate.prompt?.body ?? ''}`.toLowerCase();
+  return search
+    .toLowerCase()
+    .split(/\s+/)
+    .filter(Boolean)
+    .every((word) => text.includes(word));
+}

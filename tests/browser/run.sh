@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The inbox page's browser tests (issue 5): installs what is missing (Debian's chromium, node, this
+# folder's npm packages), builds gatehouse, and runs every test in a real headless Chromium.
+# Screenshots of the main states land in tests/browser/screenshots/ (git-ignored).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+install_packages() {
+  if ! have apt-get; then
+    echo "missing: $* (install them with your package manager)" >&2
+    exit 1
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# playwright-core drives the system's Chromium: its own browser downloads are not used.
+missing=()
+[ -x "${CHROMIUM:-/usr/bin/chromium}" ] || missing+=(chromium)
+have node || missing+=(nodejs)
+have npm || missing+=(npm)
+[ ${#missing[@]} -eq 0 ] || install_packages "${missing[@]}"
+
+if [ ! -d "$here/node_modules/playwright-core" ]; then
+  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+(cd "$repo" && cargo build --locked --quiet)
+
+cd "$here"
+node --test inbox.test.mjs
