@@ -12,7 +12,14 @@ use crate::config::AnswerArgs;
 const TOO_LATE: u8 = 2;
 
 pub async fn run(args: AnswerArgs) -> ExitCode {
-    match answer(&Api::new(&args.client.url), &args.gate_id, &args.answer).await {
+    let api = match Api::new(&args.client.url) {
+        Ok(api) => api,
+        Err(message) => {
+            eprintln!("gatehouse answer: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match answer(&api, &args.gate_id, &args.answer).await {
         Ok(code) => code,
         Err(message) => {
             eprintln!("gatehouse answer: {message}");

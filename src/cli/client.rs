@@ -55,17 +55,19 @@ impl Reply {
 pub struct Api {
     base: String,
     http: reqwest::Client,
+    /// For streams, which have no end and so no overall timeout.
+    streaming: reqwest::Client,
 }
 
 impl Api {
-    pub fn new(base: &str) -> Self {
+    /// Fails only when TLS cannot load the machine's CA certificates.
+    pub fn new(base: &str) -> Result<Self, String> {
+        let builder = || reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        let failed = |e: reqwest::Error| format!("cannot set up HTTP (are CA certificates installed?): {e}");
         // Long-polls hold a request up to 30 s; anything much longer is a dead server.
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(45))
-            .build()
-            .expect("the client options are valid");
-        Self { base: base.trim_end_matches('/').to_owned(), http }
+        let http = builder().timeout(Duration::from_secs(45)).build().map_err(failed)?;
+        let streaming = builder().build().map_err(failed)?;
+        Ok(Self { base: base.trim_end_matches('/').to_owned(), http, streaming })
     }
 
     pub async fn get(&self, path: &str) -> Result<Reply, ClientError> {
@@ -106,10 +108,8 @@ impl Api {
 
     /// Opens an event stream (a GET with `Accept: text/event-stream`).
     pub async fn stream(&self, path: &str) -> Result<reqwest::Response, ClientError> {
-        let response = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .expect("the client options are valid")
+        let response = self
+            .streaming
             .get(format!("{}{path}", self.base))
             .header("accept", "text/event-stream")
             .send()

@@ -12,7 +12,13 @@ use super::{Backoff, say};
 use crate::config::TailArgs;
 
 pub async fn run(args: TailArgs) -> ExitCode {
-    let api = Api::new(&args.client.url);
+    let api = match Api::new(&args.client.url) {
+        Ok(api) => api,
+        Err(message) => {
+            eprintln!("gatehouse tail: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
     let mut backoff = Backoff::new();
     let mut reached = false;

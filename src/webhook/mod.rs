@@ -60,10 +60,13 @@ pub async fn start(
     for url in &args.webhook_urls {
         guard.check(url).map_err(|e| WebhookError::Config(format!("--webhook-url {url}: {e}")))?;
     }
+    let http = ssrf::client(guard).map_err(|e| {
+        WebhookError::Config(format!("cannot set up the webhook HTTP client (are CA certificates installed?): {e}"))
+    })?;
     let endpoints = store.webhook_register(args.webhook_urls.clone(), args.webhook_reenable.clone()).await?;
     let delivery = deliver::Delivery {
         store: store.clone(),
-        http: ssrf::client(guard),
+        http,
         secret: Arc::clone(&secret),
         schedule: if args.webhook_retry_schedule.is_empty() {
             deliver::DEFAULT_SCHEDULE.to_vec()

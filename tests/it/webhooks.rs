@@ -36,12 +36,15 @@ impl Received {
     }
 }
 
+/// How the receiver answers: a status for (journal seq, attempt number from 0).
+type Answering = Box<dyn Fn(i64, usize) -> u16 + Send>;
+
 /// A webhook receiver answering with `status(journal_seq, attempt)`.
 #[derive(Clone)]
 struct Receiver {
     url: String,
     got: Arc<Mutex<Vec<Received>>>,
-    status: Arc<Mutex<Box<dyn Fn(i64, usize) -> u16 + Send>>>,
+    status: Arc<Mutex<Answering>>,
 }
 
 impl Receiver {
