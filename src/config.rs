@@ -165,7 +165,7 @@ pub struct ServeArgs {
     pub max_open_gates: u32,
 
     /// Send every journal event to this URL (repeatable), signed per Standard Webhooks.
-    #[arg(long = "webhook-url", value_name = "URL", env = "GATEHOUSE_WEBHOOK_URL", value_delimiter = ',')]
+    #[arg(long = "webhook-url", value_name = "URL", env = "GATEHOUSE_WEBHOOK_URL")]
     pub webhook_urls: Vec<String>,
 
     /// The Standard Webhooks secret (`whsec_…`) that signs notifications and verifies signed

@@ -5,17 +5,21 @@ const form = document.getElementById("answer");
 const result = document.getElementById("result");
 
 if (form) {
-  const key = crypto.randomUUID();
-  let clicked = null;
-  form.addEventListener("click", (event) => {
-    if (event.target instanceof HTMLButtonElement) clicked = event.target;
-  });
+  const key = crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random();
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    // The button that submitted: a choice carries its value; "Send" submits the typed text
+    // (Enter in the text field submits through "Send" too, never through a choice).
+    const submitter = event.submitter;
     const text = form.elements.namedItem("text");
-    const answer = clicked && clicked.value ? clicked.value : text ? text.value : "";
-    const buttons = form.querySelectorAll("button, input");
-    buttons.forEach((b) => (b.disabled = true));
+    const answer = submitter && submitter.name === "answer" ? submitter.value : text ? text.value.trim() : "";
+    if (!answer) {
+      result.textContent = "Type an answer first.";
+      text?.focus();
+      return;
+    }
+    const controls = form.querySelectorAll("button, input");
+    controls.forEach((c) => (c.disabled = true));
     result.textContent = "Sending…";
     try {
       const response = await fetch(location.pathname, {
@@ -23,12 +27,12 @@ if (form) {
         headers: { "Content-Type": "application/json", "Idempotency-Key": key },
         body: JSON.stringify({ action: "answer", values: { answer } }),
       });
-      const body = response.status === 202 ? null : await response.json();
       if (response.status === 202) {
         result.textContent = `Answered: ${answer}`;
         form.hidden = true;
         return;
       }
+      const body = await response.json();
       if (body?.error?.code === "gate_not_ready") {
         result.textContent = "Someone already answered this question.";
         form.hidden = true;
@@ -39,7 +43,6 @@ if (form) {
     } catch {
       result.textContent = "Could not reach gatehouse; try again.";
     }
-    buttons.forEach((b) => (b.disabled = false));
-    clicked = null;
+    controls.forEach((c) => (c.disabled = false));
   });
 }

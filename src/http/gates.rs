@@ -140,6 +140,11 @@ async fn answer_gate(
     {
         return Err(ApiError::invalid_body("gate_id in the body must name the gate in the path"));
     }
+    // A signature covers the body, not the path: a signed body must name its gate, or a captured
+    // request could be replayed onto any other gate.
+    if signed_by.is_some() && body.gate_id.is_none() {
+        return Err(ApiError::Unauthorized("a signed answer must name its gate_id in the body".into()));
+    }
     let record = find_in_session(&state, session_id, gate_id).await?;
     // A signed webhook answer is the principal `webhook`, and its `webhook-id` is the key.
     let (key, by) = match signed_by {

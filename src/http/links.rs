@@ -67,20 +67,20 @@ async fn confirm_page(
         escape(&gate.prompt.body)
     ));
     if open {
-        html.push_str("<form id=\"answer\" data-gate=\"");
-        html.push_str(&record.view.gate_id.to_string());
-        html.push_str("\">");
+        html.push_str("<form id=\"answer\">");
+        if field.is_some_and(|f| f.options.is_empty() || f.allow_other) {
+            // Text and "Send" come before the choices: Enter submits through the form's first
+            // button, which must be "Send", never a choice.
+            html.push_str(
+                "<label>Your answer <input name=\"text\" autocomplete=\"off\"></label>\
+                 <button type=\"submit\" name=\"send\">Send</button>",
+            );
+        }
         for option in field.map(|f| f.options.as_slice()).unwrap_or_default() {
             html.push_str(&format!(
                 "<button type=\"submit\" name=\"answer\" value=\"{0}\">{0}</button>",
                 escape(&option.value)
             ));
-        }
-        if field.is_some_and(|f| f.options.is_empty() || f.allow_other) {
-            html.push_str(
-                "<label>Your answer <input name=\"text\" autocomplete=\"off\" required></label>\
-                 <button type=\"submit\">Send</button>",
-            );
         }
         html.push_str("</form><p id=\"result\" role=\"status\"></p>");
     } else {
@@ -94,6 +94,7 @@ async fn confirm_page(
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(super::assets::CSP));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     Ok(response)
 }
 

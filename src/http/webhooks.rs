@@ -3,6 +3,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
 use super::extract::QueryParams;
@@ -40,18 +42,25 @@ async fn list_deliveries(
         }
     };
     let limit = limit(p.limit)?;
-    // The cursor is `{journal_seq}:{url}` (opaque to clients).
+    // The cursor is `{journal_seq}:{url}`, base64url-encoded: opaque, and safe in a query string.
     let after = p
         .after
         .map(|raw| {
-            raw.split_once(':')
-                .and_then(|(seq, url)| Some((url.to_owned(), seq.parse::<i64>().ok()?)))
+            URL_SAFE_NO_PAD
+                .decode(raw)
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+                .and_then(|text| {
+                    let (seq, url) = text.split_once(':')?;
+                    Some((url.to_owned(), seq.parse::<i64>().ok()?))
+                })
                 .ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing".into()))
         })
         .transpose()?;
     let mut deliveries = state.store.webhook_deliveries(status, after, limit).await?;
     let more = deliveries.len() > limit;
     deliveries.truncate(limit);
-    let next_after = deliveries.last().filter(|_| more).map(|d| format!("{}:{}", d.journal_seq, d.url));
+    let next_after =
+        deliveries.last().filter(|_| more).map(|d| URL_SAFE_NO_PAD.encode(format!("{}:{}", d.journal_seq, d.url)));
     Ok(json(StatusCode::OK, &DeliveryListing { deliveries, next_after }))
 }

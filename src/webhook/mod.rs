@@ -43,7 +43,10 @@ pub async fn start(
         return Err(WebhookError::Config("--webhook-url needs --webhook-secret-file to sign with".into()));
     };
     let public_url = match &args.public_url {
-        Some(url) => url.trim_end_matches('/').to_owned(),
+        Some(url) => {
+            ssrf::check_url(url).map_err(|e| WebhookError::Config(format!("--public-url {url}: {e}")))?;
+            url.trim_end_matches('/').to_owned()
+        }
         None if address.ip().is_unspecified() => {
             return Err(WebhookError::Config(format!(
                 "answer links need --public-url when binding the unspecified address {address}"
@@ -57,13 +60,17 @@ pub async fn start(
         .map(|c| c.parse::<Cidr>().map_err(|e| WebhookError::Config(format!("--webhook-allow-cidr {c}: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let guard = Guard::new(allow);
-    for url in &args.webhook_urls {
+    // One task per endpoint: a URL given twice must not get two tasks racing on one cursor.
+    let mut urls = args.webhook_urls.clone();
+    urls.sort();
+    urls.dedup();
+    for url in &urls {
         guard.check(url).map_err(|e| WebhookError::Config(format!("--webhook-url {url}: {e}")))?;
     }
     let http = ssrf::client(guard).map_err(|e| {
         WebhookError::Config(format!("cannot set up the webhook HTTP client (are CA certificates installed?): {e}"))
     })?;
-    let endpoints = store.webhook_register(args.webhook_urls.clone(), args.webhook_reenable.clone()).await?;
+    let endpoints = store.webhook_register(urls, args.webhook_reenable.clone()).await?;
     let delivery = deliver::Delivery {
         store: store.clone(),
         http,
