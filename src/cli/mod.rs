@@ -25,6 +25,11 @@ pub async fn run(command: Command) -> ExitCode {
     }
 }
 
+/// The API at `url`; on failure, says why (as `gatehouse COMMAND: …`) and gives `Err`.
+fn connect(command: &str, url: &str) -> Result<client::Api, ()> {
+    client::Api::new(url).map_err(|message| eprintln!("gatehouse {command}: {message}"))
+}
+
 /// Prints one line of results and flushes, so pipes see it at once.
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();

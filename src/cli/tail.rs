@@ -6,19 +6,12 @@ use std::process::ExitCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::client::Api;
 use super::sse::Reader;
 use super::{Backoff, say};
 use crate::config::TailArgs;
 
 pub async fn run(args: TailArgs) -> ExitCode {
-    let api = match Api::new(&args.client.url) {
-        Ok(api) => api,
-        Err(message) => {
-            eprintln!("gatehouse tail: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let Ok(api) = super::connect("tail", &args.client.url) else { return ExitCode::FAILURE };
     let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
     let mut backoff = Backoff::new();
     let mut reached = false;
