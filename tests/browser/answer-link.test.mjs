@@ -1,0 +1,406 @@
+// The answer-link confirm page (spec §9) in a real headless Chromium (Debian's /usr/bin/chromium,
+// driven by playwright-core). Every test starts a tiny webhook receiver and its own gatehouse on a
+// temporary database that notifies it; the link comes from the `answer_url` of the GateOpened
+// notification, exactly as a person would get it. Run with `node --test` (see run.sh).
+
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import http from 'node:http';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '../..');
+const binary = process.env.GATEHOUSE_BIN ?? path.join(process.env.CARGO_TARGET_DIR ?? path.join(repo, 'target'), 'debug/gatehouse');
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const screenshots = path.join(here, 'screenshots');
+const WAIT = 10_000; // every Playwright wait and every condition below is bounded by this
+const TEST_TIMEOUT = 60_000;
+const SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
+
+let browser;
+
+before(async () => {
+  await mkdir(screenshots, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    timeout: 15_000,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+// ---- the webhook receiver -------------------------------------------------------------------------
+
+/** A webhook endpoint on 127.0.0.1 (any port) that answers 200 and keeps every body it got. */
+function startReceiver() {
+  const receiver = { bodies: [], events: new EventEmitter(), url: null, server: null };
+  receiver.server = http.createServer((request, response) => {
+    let raw = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk) => {
+      raw += chunk;
+    });
+    request.on('end', () => {
+      response.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
+      let body;
+      try {
+        body = JSON.parse(raw);
+      } catch {
+        body = { unparsable: raw };
+      }
+      receiver.bodies.push(body);
+      receiver.events.emit('body', body);
+    });
+  });
+  return new Promise((resolve, reject) => {
+    receiver.server.once('error', reject);
+    receiver.server.listen(0, '127.0.0.1', () => {
+      receiver.url = `http://127.0.0.1:${receiver.server.address().port}/hook`;
+      resolve(receiver);
+    });
+  });
+}
+
+function stopReceiver(receiver) {
+  receiver.server.closeAllConnections();
+  return new Promise((resolve) => receiver.server.close(() => resolve()));
+}
+
+/** The `answer_url` of the GateOpened notification for `gateId`, once the receiver has it. */
+function answerUrlFor(receiver, gateId) {
+  const matches = (body) => body?.event?.type === 'GateOpened' && body.event.gate?.id === gateId;
+  return new Promise((resolve, reject) => {
+    const done = (body) => {
+      clearTimeout(timer);
+      receiver.events.off('body', onBody);
+      if (typeof body.answer_url === 'string') resolve(body.answer_url);
+      else reject(new Error(`GateOpened without answer_url: ${JSON.stringify(body)}`));
+    };
+    const onBody = (body) => matches(body) && done(body);
+    const timer = setTimeout(() => {
+      receiver.events.off('body', onBody);
+      reject(new Error(`no GateOpened notification for ${gateId}; got ${JSON.stringify(receiver.bodies)}`));
+    }, WAIT);
+    receiver.events.on('body', onBody);
+    const already = receiver.bodies.find(matches);
+    if (already) done(already);
+  });
+}
+
+// ---- the server -------------------------------------------------------------------------------
+
+/** Starts gatehouse on any port, notifying `webhookUrl`, and resolves once it says where it listens. */
+function startServer(db, secretFile, webhookUrl) {
+  const args = ['serve', '--bind', '127.0.0.1:0', '--db', db];
+  args.push('--webhook-url', webhookUrl, '--webhook-secret-file', secretFile, '--webhook-allow-cidr', '127.0.0.1/32');
+  const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const server = { child, db, log: '', url: null, port: null };
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`gatehouse did not start in time:\n${server.log}`)), WAIT);
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk) => {
+      server.log += chunk; // read for the whole life of the process, so the pipe never fills
+      const match = !server.url && server.log.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
+      if (match) {
+        clearTimeout(timer);
+        server.url = match[1];
+        server.port = Number(match[2]);
+        resolve(server);
+      }
+    });
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`gatehouse exited (${code ?? signal}) before listening:\n${server.log}`));
+    });
+  });
+}
+
+/** Ends a server by its PID and waits until it is gone. */
+async function stopServer(server) {
+  const { child } = server;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  process.kill(child.pid, 'SIGKILL');
+  await exited;
+}
+
+async function api(server, method, route, body, headers = {}) {
+  const response = await fetch(server.url + route, {
+    method,
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+async function readGate(server, view) {
+  const { status, body } = await api(server, 'GET', `/v1/gates/${view.gate.id}`);
+  assert.equal(status, 200);
+  return body;
+}
+
+function answerViaApi(server, view, answer) {
+  return api(server, 'POST', `/v1/sessions/${view.session_id}/gates/${view.gate.id}`, { action: 'answer', values: { answer } }, { 'Idempotency-Key': randomUUID() });
+}
+
+// ---- one test's world: a receiver, a server, its gates and its pages ----------------------------
+
+async function setup(t) {
+  const dir = await mkdtemp(path.join(tmpdir(), 'gatehouse-answer-link-'));
+  const contexts = [];
+  const pages = [];
+  let receiver = null;
+  let server = null;
+  t.after(async () => {
+    for (const context of contexts) await context.close().catch(() => {});
+    if (server) await stopServer(server).catch(() => {});
+    if (receiver) await stopReceiver(receiver).catch(() => {});
+    await rm(dir, { recursive: true, force: true });
+  });
+  const secretFile = path.join(dir, 'webhook-secret');
+  await writeFile(secretFile, SECRET);
+  receiver = await startReceiver();
+  server = await startServer(path.join(dir, 'links.db'), secretFile, receiver.url);
+
+  const world = {
+    server,
+    receiver,
+    /** Opens a gate as an agent would; resolves with its view and its answer link. */
+    async open(content) {
+      const { status, body } = await api(server, 'POST', `/v1/sessions/${randomUUID()}/gates`, {
+        loop_id: randomUUID(),
+        tool_execution_id: randomUUID(),
+        ...content,
+      });
+      assert.equal(status, 201, JSON.stringify(body));
+      const link = await answerUrlFor(receiver, body.gate.id);
+      assert.ok(link.startsWith(`${server.url}/v1/answers/`), `the link points at this server: ${link}`);
+      return { view: body, link };
+    },
+    /** A new page (in its own browser context), watched for errors, CSP breaks and dialogs. */
+    async page(options = {}) {
+      const context = await browser.newContext(options);
+      contexts.push(context);
+      context.setDefaultTimeout(WAIT);
+      const page = await context.newPage();
+      watchProblems(page);
+      pages.push(page);
+      return page;
+    },
+    assertNoProblems() {
+      for (const page of pages) assert.deepEqual(page.problems, [], 'problems on the page');
+    },
+  };
+  return world;
+}
+
+function watchProblems(page) {
+  page.problems = [];
+  page.on('pageerror', (error) => page.problems.push(`uncaught: ${error.message}`));
+  // A refused answer (409) is logged as a console error too: only CSP violations count here.
+  page.on('console', (message) => {
+    if (message.type() === 'error' && /Content Security Policy/i.test(message.text())) page.problems.push(`csp: ${message.text()}`);
+  });
+  page.on('dialog', (dialog) => {
+    page.problems.push(`dialog: ${dialog.message()}`);
+    dialog.dismiss().catch(() => {});
+  });
+}
+
+/** Records the JSON body of every POST the page sends to its link. */
+function watchAnswers(page, link) {
+  const posts = [];
+  page.on('request', (request) => {
+    if (request.method() === 'POST' && request.url() === link) posts.push(JSON.parse(request.postData() ?? 'null'));
+  });
+  return posts;
+}
+
+/** Waits until the locator's text is exactly `expected` (polling, bounded); fails with the text it had. */
+async function waitForText(locator, expected) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const actual = await locator.textContent({ timeout: Math.max(250, deadline - Date.now()) }).catch((error) => `(${error.message.split('\n')[0]})`);
+    if (actual === expected) return;
+    if (Date.now() > deadline) throw new Error(`expected text ${JSON.stringify(expected)}, found ${JSON.stringify(actual)}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** The gate as the server has it, once it is no longer open. */
+async function waitForResolvedGate(server, view) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const gate = await readGate(server, view);
+    if (gate.state !== 'open') return gate;
+    if (Date.now() > deadline) throw new Error(`gate ${view.gate.id} still open`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** The form's controls in document order: what Enter's implicit submission picks is the first button. */
+const controls = (page) =>
+  page.locator('#answer').evaluate((form) => [...form.elements].map((element) => ({ tag: element.localName, type: element.type, name: element.name, value: element.value })));
+
+// ---- the tests ------------------------------------------------------------------------------------
+
+test('Enter in the text field answers the typed text, never the first choice', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+  const { view, link } = await world.open({ question: 'Which database should I migrate first?', choices: ['postgres', 'mysql'], allow_other: true });
+  const page = await world.page({ viewport: { width: 800, height: 600 } });
+  const posts = watchAnswers(page, link);
+  await page.goto(link);
+
+  assert.equal(await page.locator('.question').textContent(), 'Which database should I migrate first?');
+  assert.deepEqual(await controls(page), [
+    { tag: 'input', type: 'text', name: 'text', value: '' },
+    { tag: 'button', type: 'submit', name: 'send', value: '' },
+    { tag: 'button', type: 'submit', name: 'answer', value: 'postgres' },
+    { tag: 'button', type: 'submit', name: 'answer', value: 'mysql' },
+  ]);
+  assert.equal(await page.getByRole('button', { name: 'Send' }).count(), 1);
+
+  const input = page.locator('#answer input[name="text"]');
+  await input.fill('my own answer');
+  await page.screenshot({ path: path.join(screenshots, 'answer-link.png'), fullPage: true });
+  await input.press('Enter');
+
+  await waitForText(page.locator('#result'), 'Answered: my own answer');
+  assert.equal(await page.locator('#answer').isHidden(), true, 'the form is gone once answered');
+  assert.deepEqual(posts, [{ action: 'answer', values: { answer: 'my own answer' } }], 'exactly one answer, the typed text');
+  const gate = await waitForResolvedGate(world.server, view);
+  assert.equal(gate.state, 'resolved');
+  assert.equal(gate.answer, 'my own answer');
+  assert.equal(gate.resolution?.source?.principal, 'answer-link', JSON.stringify(gate.resolution));
+  world.assertNoProblems();
+});
+
+test('clicking a choice with the text box empty answers that choice; Enter on an empty box sends nothing', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+  const { view, link } = await world.open({ question: 'Deploy the billing service now?', choices: ['yes', 'no', 'after lunch'], allow_other: true });
+  const page = await world.page();
+  const posts = watchAnswers(page, link);
+  await page.goto(link);
+
+  // Enter with nothing typed: a hint, no request, the gate stays open.
+  const input = page.locator('#answer input[name="text"]');
+  await input.press('Enter');
+  await waitForText(page.locator('#result'), 'Type an answer first.');
+  assert.deepEqual(posts, []);
+  assert.equal((await readGate(world.server, view)).state, 'open');
+
+  // A choice that is not the first one, so sending "the first button" would show.
+  assert.equal(await input.inputValue(), '');
+  await page.getByRole('button', { name: 'after lunch' }).click();
+  await waitForText(page.locator('#result'), 'Answered: after lunch');
+  assert.deepEqual(posts, [{ action: 'answer', values: { answer: 'after lunch' } }]);
+  const gate = await waitForResolvedGate(world.server, view);
+  assert.equal(gate.answer, 'after lunch');
+  assert.equal(gate.resolution?.source?.principal, 'answer-link', JSON.stringify(gate.resolution));
+  world.assertNoProblems();
+});
+
+test('an answered gate shows it is resolved; an open page whose gate was answered meanwhile says so', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+
+  // Answered before the link is opened: no form, the outcome instead.
+  const first = await world.open({ question: 'Restart the workers?', choices: ['yes', 'no'] });
+  assert.equal((await answerViaApi(world.server, first.view, 'no')).status, 202);
+  const page = await world.page();
+  await page.goto(first.link);
+  await page.locator('main').getByText(/Already resolved/).waitFor();
+  assert.match(await page.locator('main').textContent(), /Already resolved\.\s*no/);
+  assert.equal(await page.locator('#answer').count(), 0, 'no form on a resolved gate');
+  assert.equal(await page.getByRole('button').count(), 0, 'nothing to press');
+
+  // Open on the page, answered elsewhere, then answered on the page: the late answer loses.
+  const second = await world.open({ question: 'Rotate the API keys?', choices: ['now', 'tomorrow'], allow_other: true });
+  const late = await world.page();
+  const posts = watchAnswers(late, second.link);
+  await late.goto(second.link);
+  await late.getByRole('button', { name: 'now' }).waitFor();
+  assert.equal((await answerViaApi(world.server, second.view, 'tomorrow')).status, 202);
+  await late.getByRole('button', { name: 'now' }).click();
+  await waitForText(late.locator('#result'), 'Someone already answered this question.');
+  assert.equal(await late.locator('#answer').isHidden(), true);
+  assert.equal(posts.length, 1);
+  const gate = await readGate(world.server, second.view);
+  assert.equal(gate.answer, 'tomorrow', 'the first answer stands');
+  assert.notEqual(gate.resolution?.source?.principal, 'answer-link');
+
+  // The free-text path loses the same way.
+  const third = await world.open({ question: 'Anything to add?' });
+  await late.goto(third.link);
+  await late.locator('#answer input[name="text"]').fill('too late');
+  assert.equal((await answerViaApi(world.server, third.view, 'first')).status, 202);
+  await late.locator('#answer input[name="text"]').press('Enter');
+  await waitForText(late.locator('#result'), 'Someone already answered this question.');
+  assert.equal((await readGate(world.server, third.view)).answer, 'first');
+  world.assertNoProblems();
+});
+
+test('<script> in the question and choices is shown literally and runs nothing', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+  const question = '<script>window.pwned = 1; alert("question")</script><img src=x onerror="alert(1)"> & <b>bold?</b> \'quoted\'';
+  const choice = '<b onmouseover="alert(2)">yes</b> "x" \'y\'';
+  const { view, link } = await world.open({ question, choices: [choice, 'no'], allow_other: true });
+  const page = await world.page();
+  await page.goto(link);
+
+  assert.equal(await page.locator('.question').textContent(), question);
+  const button = page.locator('#answer button[name="answer"]').first();
+  assert.equal(await button.textContent(), choice);
+  assert.equal(await button.getAttribute('value'), choice, 'the attribute holds the whole choice');
+  assert.equal(await page.locator('main script, main img, main b').count(), 0, 'no markup from the gate became elements');
+  await button.hover();
+  await button.click();
+  await waitForText(page.locator('#result'), `Answered: ${choice}`);
+  assert.equal((await waitForResolvedGate(world.server, view)).answer, choice);
+  assert.equal(await page.evaluate(() => window.pwned), undefined);
+  world.assertNoProblems(); // includes: no dialog opened
+});
+
+test('the page is sent with Referrer-Policy: no-referrer and a Content-Security-Policy', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+  const { link } = await world.open({ question: 'Headers?', choices: ['fine'] });
+  const page = await world.page();
+  const response = await page.goto(link);
+  assert.equal(response.status(), 200);
+  const headers = response.headers();
+  assert.equal(headers['referrer-policy'], 'no-referrer');
+  assert.ok(headers['content-security-policy'], 'a Content-Security-Policy is sent');
+  assert.match(headers['content-security-policy'], /script-src 'self'/);
+  assert.doesNotMatch(headers['content-security-policy'], /'unsafe-inline'|'unsafe-eval'/);
+  assert.match(headers['content-type'], /^text\/html/);
+  // The script loads under that policy: the form answers.
+  await page.getByRole('button', { name: 'fine' }).click();
+  await waitForText(page.locator('#result'), 'Answered: fine');
+
+  // A token that matches nothing is a 404, not a page.
+  const bogus = link.replace(/[^/]{4}$/, (tail) => (tail === 'AAAA' ? 'BBBB' : 'AAAA'));
+  assert.equal((await fetch(bogus)).status, 404);
+  world.assertNoProblems();
+});
