@@ -5,42 +5,29 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import http from 'node:http';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import {
+  TEST_TIMEOUT,
+  WAIT,
+  answerViaApi,
+  createWorld,
+  launchBrowser,
+  openGate,
+  readGate,
+  shot,
+  sleep,
+  waitForText as waitForTextWithin,
+} from './harness.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repo = path.resolve(here, '../..');
-const binary = process.env.GATEHOUSE_BIN ?? path.join(process.env.CARGO_TARGET_DIR ?? path.join(repo, 'target'), 'debug/gatehouse');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const screenshots = path.join(here, 'screenshots');
-const WAIT = 10_000; // every Playwright wait and every condition below is bounded by this
-const TEST_TIMEOUT = 60_000;
 const SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
 
 let browser;
 
 before(async () => {
-  await mkdir(screenshots, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: chromiumPath,
-    timeout: 15_000,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
@@ -105,129 +92,33 @@ function answerUrlFor(receiver, gateId) {
   });
 }
 
-// ---- the server -------------------------------------------------------------------------------
-
-/** Starts gatehouse on any port, notifying `webhookUrl`, and resolves once it says where it listens. */
-function startServer(db, secretFile, webhookUrl) {
-  const args = ['serve', '--bind', '127.0.0.1:0', '--db', db];
-  args.push('--webhook-url', webhookUrl, '--webhook-secret-file', secretFile, '--webhook-allow-cidr', '127.0.0.1/32');
-  const child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const server = { child, db, log: '', url: null, port: null };
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gatehouse did not start in time:\n${server.log}`)), WAIT);
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk) => {
-      server.log += chunk; // read for the whole life of the process, so the pipe never fills
-      const match = !server.url && server.log.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
-      if (match) {
-        clearTimeout(timer);
-        server.url = match[1];
-        server.port = Number(match[2]);
-        resolve(server);
-      }
-    });
-    child.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`gatehouse exited (${code ?? signal}) before listening:\n${server.log}`));
-    });
-  });
-}
-
-/** Ends a server by its PID and waits until it is gone. */
-async function stopServer(server) {
-  const { child } = server;
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  process.kill(child.pid, 'SIGKILL');
-  await exited;
-}
-
-async function api(server, method, route, body, headers = {}) {
-  const response = await fetch(server.url + route, {
-    method,
-    headers: { 'Content-Type': 'application/json', ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
-
-async function readGate(server, view) {
-  const { status, body } = await api(server, 'GET', `/v1/gates/${view.gate.id}`);
-  assert.equal(status, 200);
-  return body;
-}
-
-function answerViaApi(server, view, answer) {
-  return api(server, 'POST', `/v1/sessions/${view.session_id}/gates/${view.gate.id}`, { action: 'answer', values: { answer } }, { 'Idempotency-Key': randomUUID() });
-}
-
 // ---- one test's world: a receiver, a server, its gates and its pages ----------------------------
 
 async function setup(t) {
-  const dir = await mkdtemp(path.join(tmpdir(), 'gatehouse-answer-link-'));
-  const contexts = [];
-  const pages = [];
-  let receiver = null;
-  let server = null;
-  t.after(async () => {
-    for (const context of contexts) await context.close().catch(() => {});
-    if (server) await stopServer(server).catch(() => {});
-    if (receiver) await stopReceiver(receiver).catch(() => {});
-    await rm(dir, { recursive: true, force: true });
-  });
-  const secretFile = path.join(dir, 'webhook-secret');
+  const base = await createWorld(t, browser, 'gatehouse-answer-link-');
+  const secretFile = path.join(base.dir, 'webhook-secret');
   await writeFile(secretFile, SECRET);
-  receiver = await startReceiver();
-  server = await startServer(path.join(dir, 'links.db'), secretFile, receiver.url);
+  const receiver = await startReceiver();
+  base.onCleanup(() => stopReceiver(receiver));
+  const server = await base.startServer('links.db', {
+    args: ['--webhook-url', receiver.url, '--webhook-secret-file', secretFile, '--webhook-allow-cidr', '127.0.0.1/32'],
+  });
 
   const world = {
     server,
     receiver,
     /** Opens a gate as an agent would; resolves with its view and its answer link. */
     async open(content) {
-      const { status, body } = await api(server, 'POST', `/v1/sessions/${randomUUID()}/gates`, {
-        loop_id: randomUUID(),
-        tool_execution_id: randomUUID(),
-        ...content,
-      });
-      assert.equal(status, 201, JSON.stringify(body));
-      const link = await answerUrlFor(receiver, body.gate.id);
+      const view = await openGate(server, content);
+      const link = await answerUrlFor(receiver, view.gate.id);
       assert.ok(link.startsWith(`${server.url}/v1/answers/`), `the link points at this server: ${link}`);
-      return { view: body, link };
+      return { view, link };
     },
     /** A new page (in its own browser context), watched for errors, CSP breaks and dialogs. */
-    async page(options = {}) {
-      const context = await browser.newContext(options);
-      contexts.push(context);
-      context.setDefaultTimeout(WAIT);
-      const page = await context.newPage();
-      watchProblems(page);
-      pages.push(page);
-      return page;
-    },
-    assertNoProblems() {
-      for (const page of pages) assert.deepEqual(page.problems, [], 'problems on the page');
-    },
+    page: base.newPage,
+    assertNoProblems: base.assertNoProblems,
   };
   return world;
-}
-
-function watchProblems(page) {
-  page.problems = [];
-  page.on('pageerror', (error) => page.problems.push(`uncaught: ${error.message}`));
-  // A refused answer (409) is logged as a console error too: only CSP violations count here.
-  page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy/i.test(message.text())) page.problems.push(`csp: ${message.text()}`);
-  });
-  page.on('dialog', (dialog) => {
-    page.problems.push(`dialog: ${dialog.message()}`);
-    dialog.dismiss().catch(() => {});
-  });
 }
 
 /** Records the JSON body of every POST the page sends to its link. */
@@ -239,16 +130,11 @@ function watchAnswers(page, link) {
   return posts;
 }
 
-/** Waits until the locator's text is exactly `expected` (polling, bounded); fails with the text it had. */
-async function waitForText(locator, expected) {
-  const deadline = Date.now() + WAIT;
-  for (;;) {
-    const actual = await locator.textContent({ timeout: Math.max(250, deadline - Date.now()) }).catch((error) => `(${error.message.split('\n')[0]})`);
-    if (actual === expected) return;
-    if (Date.now() > deadline) throw new Error(`expected text ${JSON.stringify(expected)}, found ${JSON.stringify(actual)}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+/**
+ * Waits until the locator's text is exactly `expected` (bounded); each read may wait at least 250 ms
+ * for the element, even past the deadline.
+ */
+const waitForText = (locator, expected) => waitForTextWithin(locator, expected, { minReadTimeout: 250 });
 
 /** The gate as the server has it, once it is no longer open. */
 async function waitForResolvedGate(server, view) {
@@ -257,7 +143,7 @@ async function waitForResolvedGate(server, view) {
     const gate = await readGate(server, view);
     if (gate.state !== 'open') return gate;
     if (Date.now() > deadline) throw new Error(`gate ${view.gate.id} still open`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
   }
 }
 
@@ -285,7 +171,7 @@ test('Enter in the text field answers the typed text, never the first choice', {
 
   const input = page.locator('#answer input[name="text"]');
   await input.fill('my own answer');
-  await page.screenshot({ path: path.join(screenshots, 'answer-link.png'), fullPage: true });
+  await shot(page, 'answer-link.png');
   await input.press('Enter');
 
   await waitForText(page.locator('#result'), 'Answered: my own answer');

@@ -4,173 +4,55 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repo = path.resolve(here, '../..');
-const binary = process.env.GATEHOUSE_BIN ?? path.join(process.env.CARGO_TARGET_DIR ?? path.join(repo, 'target'), 'debug/gatehouse');
-const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const screenshots = path.join(here, 'screenshots');
-const WAIT = 10_000; // every Playwright wait and every condition below is bounded by this
-const TEST_TIMEOUT = 60_000;
+import {
+  TEST_TIMEOUT,
+  WAIT,
+  answerViaApi,
+  api,
+  createWorld,
+  launchBrowser,
+  openGate,
+  readGate,
+  shot,
+  stopServer,
+  waitForText,
+} from './harness.mjs';
 
 let browser;
 
 before(async () => {
-  await mkdir(screenshots, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: chromiumPath,
-    timeout: 15_000,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
   await browser?.close();
 });
 
-// ---- the server -------------------------------------------------------------------------------
-
-/** Starts gatehouse on `port` (0: any) and resolves once it says where it listens. */
-function startServer(db, port = 0) {
-  const child = spawn(binary, ['serve', '--bind', `127.0.0.1:${port}`, '--db', db], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const server = { child, db, log: '', url: null, port: null };
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gatehouse did not start in time:\n${server.log}`)), WAIT);
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk) => {
-      server.log += chunk; // read for the whole life of the process, so the pipe never fills
-      const match = !server.url && server.log.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
-      if (match) {
-        clearTimeout(timer);
-        server.url = match[1];
-        server.port = Number(match[2]);
-        resolve(server);
-      }
-    });
-    child.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`gatehouse exited (${code ?? signal}) before listening:\n${server.log}`));
-    });
-  });
-}
-
-/** Ends a server by its PID and waits until it is gone (SIGKILL if it lingers). */
-async function stopServer(server, signal = 'SIGTERM') {
-  const { child } = server;
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  process.kill(child.pid, signal);
-  const timer = setTimeout(() => child.exitCode === null && child.signalCode === null && process.kill(child.pid, 'SIGKILL'), 5000);
-  await exited;
-  clearTimeout(timer);
-}
-
-async function api(server, method, route, body, headers = {}) {
-  const response = await fetch(server.url + route, {
-    method,
-    headers: { 'Content-Type': 'application/json', ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
-
-/** Opens a gate as an agent would; returns its view. */
-async function openGate(server, { session = randomUUID(), loop = randomUUID(), ...content }) {
-  const { status, body } = await api(server, 'POST', `/v1/sessions/${session}/gates`, {
-    loop_id: loop,
-    tool_execution_id: randomUUID(),
-    ...content,
-  });
-  assert.equal(status, 201, JSON.stringify(body));
-  return body;
-}
-
-function answerViaApi(server, view, answer, key = randomUUID()) {
-  return api(server, 'POST', `/v1/sessions/${view.session_id}/gates/${view.gate.id}`, { action: 'answer', values: { answer } }, { 'Idempotency-Key': key });
-}
-
-async function readGate(server, view) {
-  const { status, body } = await api(server, 'GET', `/v1/gates/${view.gate.id}`);
-  assert.equal(status, 200);
-  return body;
-}
-
 // ---- one test's world: a temporary directory, its servers and its pages ------------------------
 
 async function setup(t) {
-  const dir = await mkdtemp(path.join(tmpdir(), 'gatehouse-browser-'));
-  const servers = [];
-  const contexts = [];
-  const pages = [];
-  t.after(async () => {
-    for (const context of contexts) await context.close().catch(() => {});
-    for (const server of servers) await stopServer(server, 'SIGKILL').catch(() => {});
-    await rm(dir, { recursive: true, force: true });
-  });
+  const base = await createWorld(t, browser, 'gatehouse-browser-');
   const world = {
-    dir,
+    dir: base.dir,
     server: null,
     /** Starts a gatehouse (on `port`, and on the database file `name` in this test's directory). */
     async start({ port = 0, name = 'inbox.db' } = {}) {
-      world.server = await startServer(path.join(dir, name), port);
-      servers.push(world.server);
+      world.server = await base.startServer(name, { port });
       return world.server;
     },
     /** A new page (in its own browser context) on the inbox, once its stream is live. */
     async page(options = {}) {
-      const context = await browser.newContext(options);
-      contexts.push(context);
-      context.setDefaultTimeout(WAIT);
-      const page = await context.newPage();
-      watchProblems(page);
-      pages.push(page);
+      const page = await base.newPage(options);
       await page.goto(`${world.server.url}/`);
       await waitForConnection(page, 'live');
       return page;
     },
     /** No page threw, broke the CSP or opened a dialog. */
-    assertNoProblems() {
-      for (const page of pages) assert.deepEqual(page.problems, [], 'problems on the page');
-    },
+    assertNoProblems: base.assertNoProblems,
   };
   await world.start();
   return world;
-}
-
-function watchProblems(page) {
-  page.problems = [];
-  page.on('pageerror', (error) => page.problems.push(`uncaught: ${error.message}`));
-  // Failed requests (a refused connection, a 400) are logged as console errors too: only CSP
-  // violations count here.
-  page.on('console', (message) => {
-    if (message.type() === 'error' && /Content Security Policy/i.test(message.text())) page.problems.push(`csp: ${message.text()}`);
-  });
-  page.on('dialog', (dialog) => {
-    page.problems.push(`dialog: ${dialog.message()}`);
-    dialog.dismiss().catch(() => {});
-  });
 }
 
 // ---- reading the page ----------------------------------------------------------------------------
@@ -183,17 +65,6 @@ async function waitForConnection(page, state) {
   await page.locator(`[data-testid="connection"][data-state="${state}"]`).waitFor({ timeout: 15_000 });
 }
 
-/** Waits until the locator's text is exactly `expected` (polling, bounded); fails with the text it had. */
-async function waitForText(locator, expected) {
-  const deadline = Date.now() + WAIT;
-  for (;;) {
-    const actual = await locator.textContent({ timeout: Math.max(1, deadline - Date.now()) }).catch((error) => `(${error.message.split('\n')[0]})`);
-    if (actual === expected) return;
-    if (Date.now() > deadline) throw new Error(`expected text ${JSON.stringify(expected)}, found ${JSON.stringify(actual)}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 /** Waits for a resolved entry to show its final answer (the full view replaces a provisional one). */
 async function waitForResolved(page, view, { answer, how }) {
   const item = resolvedItem(page, view);
@@ -201,10 +72,6 @@ async function waitForResolved(page, view, { answer, how }) {
   await waitForText(item.getByTestId('answer'), answer);
   await waitForText(item.getByTestId('how'), how);
   return item;
-}
-
-function shot(page, name) {
-  return page.screenshot({ path: path.join(screenshots, name), fullPage: true });
 }
 
 /** Until `promise` settles or WAIT passes, whichever is first. */

@@ -1,0 +1,296 @@
+// What the browser tests share: where gatehouse and Chromium are, the bounds every wait obeys, a
+// headless Chromium, gatehouse servers on temporary databases, the JSON API as an agent (or curl)
+// calls it, and one test's world (its directory, servers and pages, all cleaned up after it).
+// Not a test file itself: `node --test` only runs the `*.test.mjs` files that import it.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '../..');
+
+/** The gatehouse binary under test: $GATEHOUSE_BIN, else the debug build in the cargo target dir. */
+export const binary = process.env.GATEHOUSE_BIN ?? path.join(process.env.CARGO_TARGET_DIR ?? path.join(repo, 'target'), 'debug/gatehouse');
+/** The system's Chromium that playwright-core drives ($CHROMIUM, else Debian's). */
+export const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+/** Where screenshots of the main states land (git-ignored). */
+export const screenshots = path.join(here, 'screenshots');
+/** Every Playwright wait and every condition the tests wait for is bounded by this (ms). */
+export const WAIT = 10_000;
+/** The timeout of each test (ms). */
+export const TEST_TIMEOUT = 60_000;
+
+// ---- the browser ----------------------------------------------------------------------------------
+
+/**
+ * Makes sure the screenshots directory exists and launches a headless Chromium; meant for a test
+ * file's `before` hook (close it in `after`).
+ * @returns {Promise<import('playwright-core').Browser>}
+ */
+export async function launchBrowser() {
+  await mkdir(screenshots, { recursive: true });
+  return chromium.launch({
+    executablePath: chromiumPath,
+    timeout: 15_000,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
+}
+
+/**
+ * Takes a full-page screenshot into the screenshots directory.
+ * @param {import('playwright-core').Page} page
+ * @param {string} name the file name, e.g. `open-list.png`
+ */
+export function shot(page, name) {
+  return page.screenshot({ path: path.join(screenshots, name), fullPage: true });
+}
+
+/**
+ * Records on `page.problems` what a page must never do: throw, break the Content Security Policy or
+ * open a dialog (which is dismissed). Failed requests (a refused connection, a 400, a 409) are
+ * logged as console errors too: only CSP violations count among those.
+ * @param {import('playwright-core').Page} page
+ */
+export function watchProblems(page) {
+  page.problems = [];
+  page.on('pageerror', (error) => page.problems.push(`uncaught: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() === 'error' && /Content Security Policy/i.test(message.text())) page.problems.push(`csp: ${message.text()}`);
+  });
+  page.on('dialog', (dialog) => {
+    page.problems.push(`dialog: ${dialog.message()}`);
+    dialog.dismiss().catch(() => {});
+  });
+}
+
+// ---- the server -------------------------------------------------------------------------------------
+
+/**
+ * @typedef {object} Server A running `gatehouse serve`.
+ * @property {import('node:child_process').ChildProcess} child the process
+ * @property {string} db its database file
+ * @property {string} log all it wrote to stderr so far (read for its whole life, so the pipe never fills)
+ * @property {string} url where it listens, e.g. `http://127.0.0.1:41234`
+ * @property {number} port the port it listens on
+ */
+
+/**
+ * Starts `gatehouse serve` on 127.0.0.1 and the database `db`, and resolves once it says where it
+ * listens (rejects if it exits first or does not say so within WAIT).
+ * @param {string} db the database file
+ * @param {{ port?: number, args?: string[] }} [options] `port` (0: any); `args`: more `serve` options
+ * @returns {Promise<Server>}
+ */
+export function startServer(db, { port = 0, args = [] } = {}) {
+  const child = spawn(binary, ['serve', '--bind', `127.0.0.1:${port}`, '--db', db, ...args], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const server = { child, db, log: '', url: null, port: null };
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`gatehouse did not start in time:\n${server.log}`)), WAIT);
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk) => {
+      server.log += chunk;
+      const match = !server.url && server.log.match(/listening on (http:\/\/127\.0\.0\.1:(\d+))/);
+      if (match) {
+        clearTimeout(timer);
+        server.url = match[1];
+        server.port = Number(match[2]);
+        resolve(server);
+      }
+    });
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`gatehouse exited (${code ?? signal}) before listening:\n${server.log}`));
+    });
+  });
+}
+
+/**
+ * Ends a server by its PID with `signal` and waits until it is gone (SIGKILL if it lingers 5 s).
+ * @param {Server} server
+ * @param {NodeJS.Signals} [signal]
+ */
+export async function stopServer(server, signal = 'SIGTERM') {
+  const { child } = server;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  process.kill(child.pid, signal);
+  const timer = setTimeout(() => child.exitCode === null && child.signalCode === null && process.kill(child.pid, 'SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+// ---- the API, as an agent calls it -----------------------------------------------------------------
+
+/**
+ * One JSON request to the server.
+ * @param {Server} server
+ * @param {string} method
+ * @param {string} route e.g. `/v1/gates/…`
+ * @param {unknown} [body] sent as JSON when given
+ * @param {Record<string, string>} [headers]
+ * @returns {Promise<{ status: number, body: any }>} the status and the parsed body (null when empty)
+ */
+export async function api(server, method, route, body, headers = {}) {
+  const response = await fetch(server.url + route, {
+    method,
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+/**
+ * Opens a gate as an agent would and asserts it was created (201).
+ * @param {Server} server
+ * @param {{ session?: string, loop?: string, [field: string]: unknown }} content the gate's fields
+ *   (question, choices, …); `session` and `loop` default to new UUIDs
+ * @returns {Promise<any>} the gate's view
+ */
+export async function openGate(server, { session = randomUUID(), loop = randomUUID(), ...content }) {
+  const { status, body } = await api(server, 'POST', `/v1/sessions/${session}/gates`, {
+    loop_id: loop,
+    tool_execution_id: randomUUID(),
+    ...content,
+  });
+  assert.equal(status, 201, JSON.stringify(body));
+  return body;
+}
+
+/**
+ * Answers a gate through the API (as curl would).
+ * @param {Server} server
+ * @param {any} view the gate's view
+ * @param {string} answer
+ * @param {string} [key] the Idempotency-Key (a new UUID by default)
+ * @returns {Promise<{ status: number, body: any }>}
+ */
+export function answerViaApi(server, view, answer, key = randomUUID()) {
+  return api(server, 'POST', `/v1/sessions/${view.session_id}/gates/${view.gate.id}`, { action: 'answer', values: { answer } }, { 'Idempotency-Key': key });
+}
+
+/**
+ * The gate as the server has it now; asserts it was found (200).
+ * @param {Server} server
+ * @param {any} view the gate's view
+ * @returns {Promise<any>}
+ */
+export async function readGate(server, view) {
+  const { status, body } = await api(server, 'GET', `/v1/gates/${view.gate.id}`);
+  assert.equal(status, 200);
+  return body;
+}
+
+// ---- waiting ------------------------------------------------------------------------------------------
+
+/**
+ * Resolves after `ms` milliseconds.
+ * @param {number} ms
+ */
+export function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * Waits until the locator's text is exactly `expected` (polling every 50 ms, bounded by WAIT); fails
+ * with the text it had, or with why it could not be read.
+ * @param {import('playwright-core').Locator} locator
+ * @param {string} expected
+ * @param {{ minReadTimeout?: number }} [options] the least time (ms) one read may wait for the
+ *   element to be there, even on the last read past the deadline (default 1)
+ */
+export async function waitForText(locator, expected, { minReadTimeout = 1 } = {}) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const actual = await locator.textContent({ timeout: Math.max(minReadTimeout, deadline - Date.now()) }).catch((error) => `(${error.message.split('\n')[0]})`);
+    if (actual === expected) return;
+    if (Date.now() > deadline) throw new Error(`expected text ${JSON.stringify(expected)}, found ${JSON.stringify(actual)}`);
+    await sleep(50);
+  }
+}
+
+// ---- one test's world ---------------------------------------------------------------------------------
+
+/**
+ * @typedef {object} World What one test owns; all of it is cleaned up after the test.
+ * @property {string} dir its temporary directory
+ * @property {(name: string, options?: { port?: number, args?: string[] }) => Promise<Server>} startServer
+ *   starts a gatehouse on the database file `name` in `dir` (options as for {@link startServer})
+ * @property {(options?: import('playwright-core').BrowserContextOptions) => Promise<import('playwright-core').Page>} newPage
+ *   a new blank page in its own browser context, waits bounded by WAIT, watched by {@link watchProblems}
+ * @property {(cleanup: () => Promise<unknown>) => void} onCleanup
+ *   runs `cleanup` after the test, once its pages are closed and its servers killed
+ * @property {() => void} assertNoProblems asserts that no page threw, broke the CSP or opened a dialog
+ */
+
+/**
+ * Makes a test's world: a temporary directory (named `prefix…`), and the servers and pages started
+ * through it. After the test its pages are closed, its servers killed (SIGKILL), its other cleanups
+ * run (in the order given) and its directory removed; failures while cleaning up are ignored.
+ * @param {import('node:test').TestContext} t
+ * @param {import('playwright-core').Browser} browser
+ * @param {string} prefix
+ * @returns {Promise<World>}
+ */
+export async function createWorld(t, browser, prefix) {
+  const dir = await mkdtemp(path.join(tmpdir(), prefix));
+  const contexts = [];
+  const servers = [];
+  const cleanups = [];
+  const pages = [];
+  t.after(async () => {
+    for (const context of contexts) await context.close().catch(() => {});
+    for (const server of servers) await stopServer(server, 'SIGKILL').catch(() => {});
+    for (const cleanup of cleanups) {
+      try {
+        await cleanup();
+      } catch {
+        // ignored, as every failure while cleaning up
+      }
+    }
+    await rm(dir, { recursive: true, force: true });
+  });
+  return {
+    dir,
+    async startServer(name, options) {
+      const server = await startServer(path.join(dir, name), options);
+      servers.push(server);
+      return server;
+    },
+    async newPage(options = {}) {
+      const context = await browser.newContext(options);
+      contexts.push(context);
+      context.setDefaultTimeout(WAIT);
+      const page = await context.newPage();
+      watchProblems(page);
+      pages.push(page);
+      return page;
+    },
+    onCleanup(cleanup) {
+      cleanups.push(cleanup);
+    },
+    assertNoProblems() {
+      for (const page of pages) assert.deepEqual(page.problems, [], 'problems on the page');
+    },
+  };
+}
