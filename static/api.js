@@ -54,9 +54,9 @@ export async function listAllGates(states) {
   return { gates, journalSeq };
 }
 
-/** One page of gates, newest first: enough for a "recently" list. */
+/** One page of finished gates, most recently resolved first: enough for a "recently" list. */
 export async function listSomeGates(states, limit) {
-  const query = new URLSearchParams({ state: states, order: 'newest', limit: String(limit) });
+  const query = new URLSearchParams({ state: states, order: 'resolved', limit: String(limit) });
   return (await request(`/v1/gates?${query}`)).gates;
 }
 

@@ -230,22 +230,31 @@ fn cursor(order: ListOrder, last: &GateView) -> String {
     match order {
         ListOrder::Opened => format!("o{}", last.opened_seq),
         ListOrder::Newest => format!("n{}", last.opened_seq),
-        ListOrder::Deadline => match last.deadline {
-            Some(deadline) => format!("d{}.{}", deadline.as_nanos(), last.opened_seq),
-            None => format!("d-.{}", last.opened_seq),
-        },
+        ListOrder::Deadline => keyed('d', last.deadline.map(|d| d.as_nanos()), last.opened_seq),
+        ListOrder::Resolved => keyed('r', last.resolved_seq, last.opened_seq),
+    }
+}
+
+/// `{prefix}{key or -}.{opened_seq}`.
+fn keyed(prefix: char, key: Option<i64>, opened_seq: i64) -> String {
+    match key {
+        Some(key) => format!("{prefix}{key}.{opened_seq}"),
+        None => format!("{prefix}-.{opened_seq}"),
     }
 }
 
 fn parse_cursor(order: ListOrder, raw: &str) -> Result<ListCursor, ApiError> {
     let seq = |n: &str| n.parse::<i64>().ok().filter(|n| *n >= 0);
+    let keyed = |prefix: char| {
+        let (key, s) = raw.strip_prefix(prefix)?.split_once('.')?;
+        let key = if key == "-" { None } else { Some(key.parse::<i64>().ok()?) };
+        Some(ListCursor { key, opened_seq: seq(s)? })
+    };
     let parsed = match order {
-        ListOrder::Opened => raw.strip_prefix('o').and_then(seq).map(|s| ListCursor { deadline: None, opened_seq: s }),
-        ListOrder::Newest => raw.strip_prefix('n').and_then(seq).map(|s| ListCursor { deadline: None, opened_seq: s }),
-        ListOrder::Deadline => raw.strip_prefix('d').and_then(|rest| rest.split_once('.')).and_then(|(d, s)| {
-            let deadline = if d == "-" { None } else { Some(d.parse::<i64>().ok()?) };
-            Some(ListCursor { deadline, opened_seq: seq(s)? })
-        }),
+        ListOrder::Opened => raw.strip_prefix('o').and_then(seq).map(|s| ListCursor { key: None, opened_seq: s }),
+        ListOrder::Newest => raw.strip_prefix('n').and_then(seq).map(|s| ListCursor { key: None, opened_seq: s }),
+        ListOrder::Deadline => keyed('d'),
+        ListOrder::Resolved => keyed('r'),
     };
     parsed.ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing and order".into()))
 }
@@ -268,9 +277,10 @@ async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Res
         None | Some("opened") => ListOrder::Opened,
         Some("newest") => ListOrder::Newest,
         Some("deadline") => ListOrder::Deadline,
+        Some("resolved") => ListOrder::Resolved,
         Some(other) => {
             return Err(ApiError::InvalidParameter(format!(
-                "order must be opened, newest or deadline (got {other:?})"
+                "order must be opened, newest, deadline or resolved (got {other:?})"
             )));
         }
     };

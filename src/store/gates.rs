@@ -399,12 +399,15 @@ pub enum ListOrder {
     Newest,
     /// Soonest deadline first; gates without a deadline last (oldest first among them).
     Deadline,
+    /// Most recently resolved or closed first; open gates last (newest first among them).
+    Resolved,
 }
 
-/// Where the previous page of a listing ended.
+/// Where the previous page of a listing ended: the last gate's `opened_seq`, and its deadline
+/// (`order=deadline`) or its `resolved_seq` (`order=resolved`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListCursor {
-    pub deadline: Option<i64>,
+    pub key: Option<i64>,
     pub opened_seq: i64,
 }
 
@@ -452,7 +455,7 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
     if let Some(after) = q.after {
         args.push(SqlValue::Integer(after.opened_seq));
         let seq = args.len();
-        clauses.push(match (q.order, after.deadline) {
+        clauses.push(match (q.order, after.key) {
             (ListOrder::Opened, _) => format!("g.opened_seq > ?{seq}"),
             (ListOrder::Newest, _) => format!("g.opened_seq < ?{seq}"),
             (ListOrder::Deadline, None) => format!("(g.deadline IS NULL AND g.opened_seq > ?{seq})"),
@@ -460,6 +463,12 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
                 args.push(SqlValue::Integer(deadline));
                 let d = args.len();
                 format!("(g.deadline IS NULL OR g.deadline > ?{d} OR (g.deadline = ?{d} AND g.opened_seq > ?{seq}))")
+            }
+            (ListOrder::Resolved, None) => format!("(g.resolved_seq IS NULL AND g.opened_seq < ?{seq})"),
+            // resolved_seq is unique, so it alone orders the resolved part.
+            (ListOrder::Resolved, Some(resolved)) => {
+                args.push(SqlValue::Integer(resolved));
+                format!("(g.resolved_seq IS NULL OR g.resolved_seq < ?{})", args.len())
             }
         });
     }
@@ -469,6 +478,7 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
         ListOrder::Opened => "g.opened_seq ASC",
         ListOrder::Newest => "g.opened_seq DESC",
         ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
+        ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
     };
     let sql = format!("{SELECT_RECORD} {filter} ORDER BY {order} LIMIT ?{}", args.len());
     let mut gates = tx

@@ -58,6 +58,7 @@ CREATE INDEX gates_by_state ON gates (state, opened_seq);
 -- `order=deadline` sorts by exactly this expression list, so the listing can walk the index.
 CREATE INDEX gates_by_deadline ON gates (deadline IS NULL, deadline, opened_seq);
 -- What the open-gates cap counts, and what the timer arms at start-up.
+CREATE INDEX gates_by_resolution ON gates (resolved_seq) WHERE resolved_seq IS NOT NULL;
 CREATE INDEX gates_open_by_session ON gates (session_id) WHERE state = 'open';
 CREATE INDEX gates_due ON gates (respond_at) WHERE state = 'open' AND respond_at IS NOT NULL;
 

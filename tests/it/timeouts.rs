@@ -278,3 +278,41 @@ async fn a_person_and_the_timer_at_the_same_moment_make_one_resolution() {
     }
     eventually("nothing stays armed", async || app.armed_deadlines() == 0).await;
 }
+
+#[tokio::test]
+async fn listings_order_by_resolution_with_open_gates_last() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let mut gates = Vec::new();
+    for i in 0..4 {
+        gates.push(gate_id(&app.open(&session, &ask(&uuid(), &uuid(), &format!("Q{i}"))).await));
+    }
+    let still_open = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "open")).await);
+    // Resolved in another order than opened: 2, 0, 3, then 1 closed.
+    for i in [2, 0, 3] {
+        app.answer(&session, &gates[i], "done").await.expect(202);
+    }
+    app.send(reqwest::Method::POST, &format!("/v1/sessions/{session}/gates/{}/close", gates[1]), &[], None)
+        .await
+        .expect(200);
+
+    let expected = [&gates[1], &gates[3], &gates[0], &gates[2], &still_open];
+    let mut seen = Vec::new();
+    let mut url = format!("/v1/sessions/{session}/gates?order=resolved&limit=2");
+    for _ in 0..5 {
+        let page = app.get(&url).await.expect(200).json();
+        seen.extend(page["gates"].as_array().unwrap().iter().map(gate_id));
+        match page.get("next_after").and_then(Value::as_str) {
+            Some(cursor) => url = format!("/v1/sessions/{session}/gates?order=resolved&limit=2&after={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected.map(|g| g.to_owned()));
+    let finished = app
+        .get(&format!("/v1/sessions/{session}/gates?state=resolved,closed&order=resolved&limit=2"))
+        .await
+        .expect(200)
+        .json();
+    let ids: Vec<String> = finished["gates"].as_array().unwrap().iter().map(gate_id).collect();
+    assert_eq!(ids, [gates[1].clone(), gates[3].clone()]);
+}
