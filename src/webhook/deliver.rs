@@ -63,16 +63,19 @@ impl Delivery {
     /// Follows one endpoint until shutdown (or until it is disabled).
     pub async fn run(self, url: String) {
         let mut head = self.store.bus().head();
+        // Storage trouble: wait 1 s, 2 s, 4 s, … at most 30 s before looking again.
+        let mut trouble = Duration::from_secs(1);
         loop {
             if self.shutdown.is_cancelled() {
                 return;
             }
             match self.step(&url, &mut head).await {
-                Ok(true) => {}
+                Ok(true) => trouble = Duration::from_secs(1),
                 Ok(false) => return,
                 Err(e) => {
-                    tracing::warn!(%url, error = %e, "webhook delivery could not read or record its state; retrying");
-                    self.pause(Duration::from_secs(1)).await;
+                    tracing::warn!(%url, error = %e, ?trouble, "webhook delivery could not read or record its state; retrying");
+                    self.pause(trouble).await;
+                    trouble = (trouble * 2).min(Duration::from_secs(30));
                 }
             }
         }
@@ -107,7 +110,12 @@ impl Delivery {
             return Ok(true);
         }
         let attempts = pending.map_or(0, |p| p.attempts);
-        match self.post(url, seq, &event).await {
+        let outcome = tokio::select! {
+            outcome = self.post(url, seq, &event) => outcome,
+            // Shutting down mid-request: record nothing; the next start sends it again.
+            () = self.shutdown.cancelled() => return Ok(false),
+        };
+        match outcome {
             Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq).await?,
             Outcome::Gone => {
                 self.store.webhook_disable(url.to_owned(), format!("410 Gone at journal seq {seq}")).await?;
