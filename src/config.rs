@@ -188,7 +188,7 @@ pub struct ServeArgs {
     pub webhook_retry_schedule: Vec<Duration>,
 
     /// Re-enable an endpoint that was disabled by a 410 answer (repeatable).
-    #[arg(long = "webhook-reenable", value_name = "URL")]
+    #[arg(long = "webhook-reenable", value_name = "URL", env = "GATEHOUSE_WEBHOOK_REENABLE")]
     pub webhook_reenable: Vec<String>,
 
     /// The server's address as others reach it, for answer links (default: http://<bind>).
