@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::error::innermost_cause;
 use reqwest::Method;
 use serde_json::Value;
 
@@ -93,7 +94,8 @@ impl Api {
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
-        let unreachable = |e: reqwest::Error| ClientError::Unreachable { url: self.base.clone(), cause: cause(&e) };
+        let unreachable =
+            |e: reqwest::Error| ClientError::Unreachable { url: self.base.clone(), cause: innermost_cause(&e) };
         let response = request.send().await.map_err(unreachable)?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(unreachable)?;
@@ -114,7 +116,7 @@ impl Api {
             .header("accept", "text/event-stream")
             .send()
             .await
-            .map_err(|e| ClientError::Unreachable { url: self.base.clone(), cause: cause(&e) })?;
+            .map_err(|e| ClientError::Unreachable { url: self.base.clone(), cause: innermost_cause(&e) })?;
         if !response.status().is_success() {
             return Err(ClientError::Protocol {
                 url: self.base.clone(),
@@ -123,13 +125,4 @@ impl Api {
         }
         Ok(response)
     }
-}
-
-/// The innermost cause of a reqwest error ("Connection refused"), which says more than its top.
-fn cause(e: &reqwest::Error) -> String {
-    let mut source: &dyn std::error::Error = e;
-    while let Some(next) = source.source() {
-        source = next;
-    }
-    source.to_string()
 }

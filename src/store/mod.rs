@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use gates::{
     AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, Listing,
-    OpenOutcome,
+    OpenOutcome, replay,
 };
 pub use schema::SCHEMA_VERSION;
 pub use webhooks::{Delivery, Endpoint, Pending};
@@ -441,10 +441,4 @@ impl Store {
     ) -> Result<JournalPage, StoreError> {
         self.read(move |conn| journal::page(conn, session, from, limit)).await
     }
-}
-
-/// Whether a gate that is no longer open settles a request carrying this key (replay or
-/// conflict), before any write is attempted.
-pub fn replay(record: &GateRecord, key: Option<&Idempotency>) -> Option<AnswerOutcome> {
-    gates::replay(record, key)
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::sign::{self, Secret};
 use crate::domain::{GateId, Timestamp, link_token};
+use crate::error::innermost_cause;
 use crate::store::Store;
 
 /// The default retry schedule: about 5 s, 5 min, 30 min, 2 h, 6 h, 12 h and a day.
@@ -162,7 +163,7 @@ impl Delivery {
             Ok(response) if response.status().is_success() => Outcome::Delivered,
             Ok(response) if response.status().as_u16() == 410 => Outcome::Gone,
             Ok(response) => Outcome::Failed(format!("HTTP {}", response.status().as_u16())),
-            Err(e) => Outcome::Failed(cause(&e)),
+            Err(e) => Outcome::Failed(innermost_cause(&e)),
         }
     }
 
@@ -195,13 +196,4 @@ impl Delivery {
 fn jitter(wait: Duration) -> Duration {
     let random = uuid::Uuid::new_v4().as_u128() % 1000;
     wait.mul_f64(0.8 + 0.4 * random as f64 / 1000.0)
-}
-
-/// The innermost cause of a reqwest error, which says more than its top.
-fn cause(e: &reqwest::Error) -> String {
-    let mut source: &dyn std::error::Error = e;
-    while let Some(next) = source.source() {
-        source = next;
-    }
-    source.to_string()
 }
