@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
-use crate::helpers::{Client, ServerProcess, TestApp, ask, bounded, eventually, gate_id, uuid};
+use crate::helpers::{Client, ServerProcess, TestApp, ask, bounded, eventually, gate_id, temp_db, uuid};
 
 /// `gatehouse ARGS…` against the server at `url`, with its output captured.
 fn gatehouse(url: &str, args: &[&str]) -> Command {
@@ -121,8 +121,7 @@ async fn sigint_withdraws_the_gate_and_exits_130() {
 
 #[tokio::test]
 async fn ask_rides_out_a_server_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("gatehouse.db");
+    let (_dir, db) = temp_db();
     let server = ServerProcess::start(&db);
     let base = server.base.clone();
     let session = uuid();

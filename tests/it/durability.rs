@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, ask, bounded, gate_id, uuid};
+use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, ask, bounded, gate_id, temp_db, uuid};
 
 #[tokio::test]
 async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("gatehouse.db");
+    let (_dir, db) = temp_db();
     let (session, loop_id) = (uuid(), uuid());
 
     let server = ServerProcess::start(&db);
@@ -28,8 +27,7 @@ async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
 
 #[tokio::test]
 async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("gatehouse.db");
+    let (_dir, db) = temp_db();
     let (session, loop_id) = (uuid(), uuid());
 
     let server = ServerProcess::start(&db);
@@ -71,8 +69,7 @@ async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
 
 #[tokio::test]
 async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("gatehouse.db");
+    let (_dir, db) = temp_db();
     let (session, loop_id) = (uuid(), uuid());
     let server = ServerProcess::start(&db);
     let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Still there?")).await);
@@ -107,7 +104,7 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
     assert!(bounded("poll", poll).await.unwrap().expect(200).json()["commands"].as_array().unwrap().is_empty());
 
     // Checkpointed and closed: no WAL left behind, and the file is sound.
-    let wal = dir.path().join("gatehouse.db-wal");
+    let wal = db.with_extension("db-wal");
     assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0, "the WAL was checkpointed");
     let conn = rusqlite::Connection::open(&db).unwrap();
     let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
@@ -116,8 +113,7 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
 
 #[tokio::test]
 async fn a_second_server_on_the_same_database_refuses_to_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("gatehouse.db");
+    let (_dir, db) = temp_db();
     let first = ServerProcess::start(&db);
     let (code, stderr) = ServerProcess::run_to_exit(&[
         OsStr::new("serve"),

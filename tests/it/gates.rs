@@ -253,16 +253,7 @@ async fn listings_filter_order_and_page_with_a_snapshot_head() {
     assert_eq!(ids(&settled), [s1_gates[1].clone(), s1_gates[3].clone()]);
 
     // Paging newest first, two at a time, until the cursor runs out.
-    let mut seen = Vec::new();
-    let mut url = format!("/v1/sessions/{s1}/gates?order=newest&limit=2");
-    for _ in 0..10 {
-        let page = app.get(&url).await.expect(200).json();
-        seen.extend(ids(&page));
-        match page.get("next_after").and_then(Value::as_str) {
-            Some(cursor) => url = format!("/v1/sessions/{s1}/gates?order=newest&limit=2&after={cursor}"),
-            None => break,
-        }
-    }
+    let seen = app.listed_gate_ids(&format!("/v1/sessions/{s1}/gates?order=newest&limit=2")).await;
     let newest: Vec<String> = s1_gates.iter().rev().cloned().collect();
     assert_eq!(seen, newest);
 

@@ -40,6 +40,14 @@ pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     .await;
 }
 
+/// A fresh temporary directory and the database path inside it (the directory must outlive the
+/// servers using it).
+pub fn temp_db() -> (TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("gatehouse.db");
+    (dir, db)
+}
+
 /// A fresh random UUID (lower case).
 pub fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -182,6 +190,21 @@ impl Client {
         let page = self.get("/v1/journal?limit=1000").await.expect(200).json();
         assert_eq!(page["done"], true, "test journals fit in one page");
         page["events"].as_array().expect("events").clone()
+    }
+
+    /// The gate ids of a listing (`path` with its query), page by page along `next_after`.
+    pub async fn listed_gate_ids(&self, path: &str) -> Vec<String> {
+        let mut ids = Vec::new();
+        let mut url = path.to_owned();
+        for _ in 0..50 {
+            let page = self.get(&url).await.expect(200).json();
+            ids.extend(page["gates"].as_array().expect("gates").iter().map(gate_id));
+            match page.get("next_after").and_then(Value::as_str) {
+                Some(cursor) => url = format!("{path}&after={cursor}"),
+                None => return ids,
+            }
+        }
+        panic!("{path}: more than 50 pages")
     }
 
     /// Every journal seq, across pages.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::helpers::{Client, ServerProcess, TestApp, ask, eventually, gate_id, uuid};
+use crate::helpers::{Client, ServerProcess, TestApp, ask, eventually, gate_id, temp_db, uuid};
 
 const SECOND: i64 = 1_000_000_000;
 
@@ -75,8 +75,7 @@ async fn a_person_who_answers_first_wins_and_the_deadline_is_dropped() {
 
 #[tokio::test]
 async fn a_deadline_that_passed_while_the_server_was_down_is_answered_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("gatehouse.db");
+    let (_dir, db) = temp_db();
     let (session, loop_id) = (uuid(), uuid());
     let server = ServerProcess::start(&db);
     let gate = gate_id(&server.open(&session, &responding(&loop_id, SECOND, "postgres")).await);
@@ -242,16 +241,7 @@ async fn listings_order_by_deadline_with_gates_without_one_last() {
     assert_eq!(app.armed_deadlines(), 0, "wait policies record a deadline only");
 
     let expected = [&soon, &middle, &late, &none_a, &none_b];
-    let mut seen = Vec::new();
-    let mut url = format!("/v1/sessions/{session}/gates?order=deadline&limit=2");
-    for _ in 0..5 {
-        let page = app.get(&url).await.expect(200).json();
-        seen.extend(page["gates"].as_array().unwrap().iter().map(gate_id));
-        match page.get("next_after").and_then(Value::as_str) {
-            Some(cursor) => url = format!("/v1/sessions/{session}/gates?order=deadline&limit=2&after={cursor}"),
-            None => break,
-        }
-    }
+    let seen = app.listed_gate_ids(&format!("/v1/sessions/{session}/gates?order=deadline&limit=2")).await;
     assert_eq!(seen, expected.map(|g| g.to_owned()));
     app.get("/v1/gates?order=deadline&after=o5").await.expect_error(400, "invalid_parameter");
 }
@@ -297,16 +287,7 @@ async fn listings_order_by_resolution_with_open_gates_last() {
         .expect(200);
 
     let expected = [&gates[1], &gates[3], &gates[0], &gates[2], &still_open];
-    let mut seen = Vec::new();
-    let mut url = format!("/v1/sessions/{session}/gates?order=resolved&limit=2");
-    for _ in 0..5 {
-        let page = app.get(&url).await.expect(200).json();
-        seen.extend(page["gates"].as_array().unwrap().iter().map(gate_id));
-        match page.get("next_after").and_then(Value::as_str) {
-            Some(cursor) => url = format!("/v1/sessions/{session}/gates?order=resolved&limit=2&after={cursor}"),
-            None => break,
-        }
-    }
+    let seen = app.listed_gate_ids(&format!("/v1/sessions/{session}/gates?order=resolved&limit=2")).await;
     assert_eq!(seen, expected.map(|g| g.to_owned()));
     let finished = app
         .get(&format!("/v1/sessions/{session}/gates?state=resolved,closed&order=resolved&limit=2"))
