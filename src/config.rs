@@ -53,6 +53,10 @@ pub struct ClientArgs {
     /// The gatehouse server.
     #[arg(long, env = "GATEHOUSE_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// The bearer token, when the server has a tokens file (read from the environment only, so
+    /// it never shows in the process list).
+    #[arg(skip = std::env::var("GATEHOUSE_TOKEN").ok().filter(|t| !t.is_empty()))]
+    pub token: Option<String>,
 }
 
 /// Flags of `gatehouse ask`.
@@ -126,7 +130,8 @@ pub struct TailArgs {
 /// Flags of `gatehouse serve`.
 #[derive(Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Loopback by default; other addresses need authentication (later).
+    /// Address to listen on. Loopback by default; any other address needs --tokens-file (or
+    /// --insecure-public-bind).
     #[arg(long, env = "GATEHOUSE_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
 
@@ -195,6 +200,34 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL", env = "GATEHOUSE_PUBLIC_URL")]
     pub public_url: Option<String>,
 
+    /// Credentials, one per line: `ROLE NAME SECRET [SESSION_PREFIX]` (roles agent, responder,
+    /// admin; `#` starts a comment). Without it everything is open, which only loopback allows.
+    #[arg(long, value_name = "PATH", env = "GATEHOUSE_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+
+    /// Listen on a non-loopback address without --tokens-file (when a proxy in front
+    /// authenticates).
+    #[arg(long, env = "GATEHOUSE_INSECURE_PUBLIC_BIND")]
+    pub insecure_public_bind: bool,
+
+    /// Another hostname the Host header may name on a loopback bind (repeatable); localhost,
+    /// 127.0.0.1, [::1] and the --public-url host always may.
+    #[arg(long = "allowed-host", value_name = "HOST", env = "GATEHOUSE_ALLOWED_HOST", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// Let pages of this origin call the API from a browser (repeatable), e.g.
+    /// https://ops.example.com. Never a wildcard.
+    #[arg(long = "cors-origin", value_name = "ORIGIN", env = "GATEHOUSE_CORS_ORIGIN", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+
+    /// POSTs per second one token may make, with bursts of twice as many (only with tokens).
+    #[arg(long, value_name = "N", env = "GATEHOUSE_RATE_LIMIT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate_limit: u32,
+
+    /// Streams one token may hold open at once (only with tokens); --max-streams bounds all.
+    #[arg(long, value_name = "N", env = "GATEHOUSE_MAX_STREAMS_PER_TOKEN", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_token: u32,
+
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
     /// the writer before every transaction.
     #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
@@ -219,6 +252,12 @@ impl fmt::Debug for ServeArgs {
             .field("max_open_gates", &self.max_open_gates)
             .field("webhook_urls", &self.webhook_urls)
             .field("public_url", &self.public_url)
+            .field("tokens_file", &self.tokens_file)
+            .field("insecure_public_bind", &self.insecure_public_bind)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("cors_origins", &self.cors_origins)
+            .field("rate_limit", &self.rate_limit)
+            .field("max_streams_per_token", &self.max_streams_per_token)
             .finish_non_exhaustive()
     }
 }

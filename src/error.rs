@@ -24,6 +24,8 @@ pub enum ApiError {
     GateKindMismatch(String),
     #[error("{0}")]
     Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
     #[error("gate not found")]
     GateNotFound,
     #[error("{0}")]
@@ -40,6 +42,8 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("the request body must be application/json")]
     UnsupportedMediaType,
+    #[error("{what}; retry in {retry_after} s")]
+    RateLimited { what: &'static str, retry_after: u64 },
     #[error("{0}; retry later")]
     GateCapacity(&'static str),
     #[error("storage is unavailable; retry (with the same Idempotency-Key for answers)")]
@@ -57,6 +61,7 @@ impl ApiError {
             Self::GateValuesInvalid(_) => "gate_values_invalid",
             Self::GateKindMismatch(_) => "gate_kind_mismatch",
             Self::Unauthorized(_) => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
             Self::GateNotFound => "gate_not_found",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -65,6 +70,7 @@ impl ApiError {
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::RateLimited { .. } => "rate_limited",
             Self::GateCapacity(_) => "gate_capacity",
             Self::StorageUnavailable(_) => "storage_unavailable",
             Self::Internal(_) => "internal",
@@ -79,10 +85,12 @@ impl ApiError {
             | Self::GateValuesInvalid(_)
             | Self::GateKindMismatch(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::GateNotFound | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::GateNotReady(_) | Self::GateConflict(_) | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::GateCapacity(_) | Self::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -90,7 +98,7 @@ impl ApiError {
     }
 
     pub fn retryable(&self) -> bool {
-        matches!(self, Self::GateCapacity(_) | Self::StorageUnavailable(_))
+        matches!(self, Self::RateLimited { .. } | Self::GateCapacity(_) | Self::StorageUnavailable(_))
     }
 
     /// A malformed body without field details.
@@ -158,6 +166,9 @@ impl IntoResponse for ApiError {
         let json = serde_json::to_vec(&body).expect("error envelopes serialise");
         let mut response = (self.status(), json).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Self::RateLimited { retry_after, .. } = self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        }
         response
     }
 }

@@ -4,6 +4,7 @@
 //! The layering is the architecture: `http` → `store` + `bus` → `domain`. `domain` is pure,
 //! `store` owns SQLite (one writer thread, read-only readers), `bus` rings after commits.
 
+pub mod auth;
 pub mod bus;
 pub mod cli;
 pub mod config;
@@ -21,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use auth::{Auth, Security};
 pub use config::ServeArgs;
 pub use http::router;
 use http::{AppState, Limits, StallGuardListener};
@@ -37,6 +39,8 @@ pub enum ServeError {
     Deadlines(store::StoreError),
     #[error("webhooks: {0}")]
     Webhooks(webhook::WebhookError),
+    #[error(transparent)]
+    Security(#[from] auth::SecurityError),
 }
 
 /// How long shutdown waits for in-flight requests (a client still sending its body, say) before
@@ -54,14 +58,16 @@ pub fn open_store(args: &ServeArgs) -> Result<Store, OpenError> {
     })
 }
 
-/// Opens the store and runs the server on `listener` until `shutdown` resolves (see `run`).
+/// Reads the security flags, opens the store and runs the server on `listener` until
+/// `shutdown` resolves (see `run`).
 pub async fn serve(
     args: ServeArgs,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let security = Security::load(&args)?;
     let store = open_store(&args)?;
-    run(args, store, listener, shutdown).await
+    run(args, security, store, listener, shutdown).await
 }
 
 /// Runs the server until `shutdown` resolves, then drains: streams and long-polls end,
@@ -69,6 +75,7 @@ pub async fn serve(
 /// checkpointed and closed.
 pub async fn run(
     args: ServeArgs,
+    security: Security,
     store: Store,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -108,7 +115,12 @@ pub async fn run(
         webhook_secret,
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
+        auth: Arc::new(Auth::new(security, store.link_key())),
     };
+    match state.auth.security.tokens() {
+        None => tracing::info!("no --tokens-file: every route is open (loopback only)"),
+        Some(tokens) => tracing::info!(tokens = tokens.len(), "tokens file loaded; routes need credentials"),
+    }
     tracing::info!("gatehouse listening on http://{address} with database {}", args.db.display());
 
     let signal = token.clone();

@@ -40,6 +40,14 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
+    // Flags that would expose the server are refused before anything else happens.
+    let security = match gatehouse::auth::Security::load(&args) {
+        Ok(security) => security,
+        Err(e) => {
+            eprintln!("gatehouse: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // The database first: a second server on the same file is refused for that reason, not for
     // the port it would also share.
     let store = match gatehouse::open_store(&args) {
@@ -57,7 +65,7 @@ async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match gatehouse::run(args, store, listener, shutdown_signal()).await {
+    match gatehouse::run(args, security, store, listener, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gatehouse: {e}");

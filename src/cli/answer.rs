@@ -12,7 +12,7 @@ use crate::config::AnswerArgs;
 const TOO_LATE: u8 = 2;
 
 pub async fn run(args: AnswerArgs) -> ExitCode {
-    let Ok(api) = super::connect("answer", &args.client.url) else { return ExitCode::FAILURE };
+    let Ok(api) = super::connect("answer", &args.client) else { return ExitCode::FAILURE };
     match answer(&api, &args.gate_id, &args.answer).await {
         Ok(code) => code,
         Err(message) => {

@@ -36,7 +36,7 @@ struct Asked {
 }
 
 pub async fn run(args: AskArgs) -> ExitCode {
-    let Ok(api) = super::connect("ask", &args.client.url) else { return ExitCode::FAILURE };
+    let Ok(api) = super::connect("ask", &args.client) else { return ExitCode::FAILURE };
     let fresh = || uuid::Uuid::new_v4().to_string();
     let session = args.session.clone().unwrap_or_else(fresh);
     let loop_id = args.loop_id.clone().unwrap_or_else(fresh);

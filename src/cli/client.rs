@@ -61,9 +61,18 @@ pub struct Api {
 }
 
 impl Api {
-    /// Fails only when TLS cannot load the machine's CA certificates.
-    pub fn new(base: &str) -> Result<Self, String> {
-        let builder = || reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+    /// Every request carries `token` as a bearer credential, when given. Fails only when TLS
+    /// cannot load the machine's CA certificates, or the token is not a valid header value.
+    pub fn new(base: &str, token: Option<&str>) -> Result<Self, String> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| "GATEHOUSE_TOKEN holds characters a header cannot carry".to_owned())?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        let builder =
+            || reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).default_headers(headers.clone());
         let failed = |e: reqwest::Error| format!("cannot set up HTTP (are CA certificates installed?): {e}");
         // Long-polls hold a request up to 30 s; anything much longer is a dead server.
         let http = builder().timeout(Duration::from_secs(45)).build().map_err(failed)?;
@@ -118,10 +127,12 @@ impl Api {
             .await
             .map_err(|e| ClientError::Unreachable { url: self.base.clone(), cause: innermost_cause(&e) })?;
         if !response.status().is_success() {
-            return Err(ClientError::Protocol {
-                url: self.base.clone(),
-                cause: format!("status {}", response.status()),
-            });
+            let status = response.status();
+            let cause = match response.json::<Value>().await {
+                Ok(body) => format!("{status}: {}", body["error"]["message"].as_str().unwrap_or("no message")),
+                Err(_) => format!("status {status}"),
+            };
+            return Err(ClientError::Protocol { url: self.base.clone(), cause });
         }
         Ok(response)
     }

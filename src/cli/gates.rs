@@ -12,7 +12,7 @@ use crate::config::GatesArgs;
 use crate::domain::Timestamp;
 
 pub async fn run(args: GatesArgs) -> ExitCode {
-    let Ok(api) = super::connect("gates", &args.client.url) else { return ExitCode::FAILURE };
+    let Ok(api) = super::connect("gates", &args.client) else { return ExitCode::FAILURE };
     let (gates, head) = match snapshot(&api, args.all).await {
         Ok(snapshot) => snapshot,
         Err(message) => {

@@ -25,9 +25,10 @@ pub async fn run(command: Command) -> ExitCode {
     }
 }
 
-/// The API at `url`; on failure, says why (as `gatehouse COMMAND: …`) and gives `Err`.
-fn connect(command: &str, url: &str) -> Result<client::Api, ()> {
-    client::Api::new(url).map_err(|message| eprintln!("gatehouse {command}: {message}"))
+/// The API the client flags name; on failure, says why (as `gatehouse COMMAND: …`) and gives
+/// `Err`.
+fn connect(command: &str, flags: &crate::config::ClientArgs) -> Result<client::Api, ()> {
+    client::Api::new(&flags.url, flags.token.as_deref()).map_err(|message| eprintln!("gatehouse {command}: {message}"))
 }
 
 /// Prints one line of results and flushes, so pipes see it at once.

@@ -11,7 +11,7 @@ use super::{Backoff, say};
 use crate::config::TailArgs;
 
 pub async fn run(args: TailArgs) -> ExitCode {
-    let Ok(api) = super::connect("tail", &args.client.url) else { return ExitCode::FAILURE };
+    let Ok(api) = super::connect("tail", &args.client) else { return ExitCode::FAILURE };
     let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
     let mut backoff = Backoff::new();
     let mut reached = false;

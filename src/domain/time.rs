@@ -24,6 +24,11 @@ impl Timestamp {
         Self(nanos)
     }
 
+    /// Whole seconds since the Unix epoch (0 before it).
+    pub fn unix_seconds(self) -> u64 {
+        u64::try_from(self.0 / 1_000_000_000).unwrap_or(0)
+    }
+
     pub fn as_nanos(self) -> i64 {
         self.0
     }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::Route;
 use super::extract::Params;
+use crate::auth::Access;
 use crate::error::ApiError;
 
 /// Every embedded file: (name, content type, bytes).
@@ -26,7 +27,7 @@ pub(super) const CSP: &str = "default-src 'self'; script-src 'self'; style-src '
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get("/", page), Route::get("/static/{name}", file)]
+    vec![Route::get(Access::Open, "/", page), Route::get(Access::Open, "/static/{name}", file)]
 }
 
 #[derive(Deserialize)]

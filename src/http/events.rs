@@ -12,12 +12,17 @@ use tokio::sync::watch;
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
 use super::{AppState, Route, SessionPath};
+use crate::auth::Access;
+use crate::auth::Caller;
 use crate::bus::enduring_frame;
 use crate::domain::SessionId;
 use crate::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get("/v1/sessions/{session_id}/events", session_events), Route::get("/v1/events", all_events)]
+    vec![
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/events", session_events),
+        Route::get(Access::RESPONDER, "/v1/events", all_events),
+    ]
 }
 
 #[derive(Deserialize)]
@@ -35,28 +40,35 @@ async fn session_events(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     QueryParams(p): QueryParams<StreamParams>,
+    caller: Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::cursor(&headers, p.after)?;
-    start(state, Some(session_id), cursor)
+    start(state, &caller, Some(session_id), cursor)
 }
 
 async fn all_events(
     State(state): State<AppState>,
     QueryParams(p): QueryParams<AllParams>,
+    caller: Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::cursor(&headers, p.after)?;
-    start(state, p.session_id, cursor)
+    start(state, &caller, p.session_id, cursor)
 }
 
 /// Subscribes to the head before the response exists, so "live from now" means from the moment
 /// the request was accepted, and nothing committed after it can be missed.
-fn start(state: AppState, session: Option<SessionId>, cursor: Option<i64>) -> Result<Response, ApiError> {
+fn start(
+    state: AppState,
+    caller: &Caller,
+    session: Option<SessionId>,
+    cursor: Option<i64>,
+) -> Result<Response, ApiError> {
     let mut head = state.store.bus().head();
     let now = *head.borrow_and_update();
     let stream_state = state.clone();
-    sse::open(&state, move |sink| follow(stream_state, session, head, now, cursor, sink))
+    sse::open(&state, caller, move |sink| follow(stream_state, session, head, now, cursor, sink))
 }
 
 /// Replays what the client missed, then follows the journal live. The head was subscribed to

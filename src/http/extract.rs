@@ -164,7 +164,7 @@ async fn read_json(req: Request, max_body: usize) -> Result<(Parts, Option<axum:
 }
 
 /// `application/json`, case-insensitively, with any parameters (`; charset=utf-8`).
-fn is_json(content_type: &[u8]) -> bool {
+pub fn is_json(content_type: &[u8]) -> bool {
     let Ok(ct) = std::str::from_utf8(content_type) else {
         return false;
     };

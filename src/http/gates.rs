@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
 use super::{AppState, Route, SessionPath, json, limit, wait_deadline, wait_until};
+use crate::auth::Access;
+use crate::auth::Caller;
 use crate::domain::{
     Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
     OpenGateIn, OpenRejection, SessionId,
@@ -19,14 +21,14 @@ use crate::store::{
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
-        Route::post("/v1/sessions/{session_id}/gates", open_gate),
-        Route::get("/v1/sessions/{session_id}/gates", list_session_gates),
-        Route::get("/v1/gates", list_gates),
-        Route::get("/v1/gates/{gate_id}", get_gate_by_id),
-        Route::get("/v1/sessions/{session_id}/gates/{gate_id}", get_gate),
-        Route::get("/v1/sessions/{session_id}/gates/{gate_id}/wait", wait_gate),
-        Route::post("/v1/sessions/{session_id}/gates/{gate_id}", answer_gate),
-        Route::post("/v1/sessions/{session_id}/gates/{gate_id}/close", close_gate),
+        Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates", open_gate),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates", list_session_gates),
+        Route::get(Access::RESPONDER, "/v1/gates", list_gates),
+        Route::get(Access::RESPONDER, "/v1/gates/{gate_id}", get_gate_by_id),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}", get_gate),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}/wait", wait_gate),
+        Route::post(Access::Answer, "/v1/sessions/{session_id}/gates/{gate_id}", answer_gate),
+        Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates/{gate_id}/close", close_gate),
     ]
 }
 
@@ -132,9 +134,15 @@ struct Accepted {
 async fn answer_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
+    caller: Caller,
     IdempotencyKey(key): IdempotencyKey,
     SignedJsonBody(body, signed_by): SignedJsonBody<AnswerIn>,
 ) -> Result<Response, ApiError> {
+    // The guard let an uncredentialled request through only for its signature; the body
+    // extractor verified any signature that was sent.
+    if matches!(caller, Caller::Signature) && signed_by.is_none() {
+        return Err(ApiError::Unauthorized("this route needs a token or a webhook signature".into()));
+    }
     if let Some(named) = &body.gate_id
         && GateId::parse(named).ok() != Some(gate_id)
     {
@@ -146,10 +154,11 @@ async fn answer_gate(
         return Err(ApiError::Unauthorized("a signed answer must name its gate_id in the body".into()));
     }
     let record = find_in_session(&state, session_id, gate_id).await?;
-    // A signed webhook answer is the principal `webhook`, and its `webhook-id` is the key.
+    // A signed webhook answer is the principal `webhook`, and its `webhook-id` is the key;
+    // otherwise the principal is the caller's token name (none in open mode).
     let (key, by) = match signed_by {
-        Some(webhook_id) => (Some(webhook_id), AnsweredBy::Person { principal: Some("webhook".into()) }),
-        None => (key, AnsweredBy::Person { principal: None }),
+        Some(webhook_id) => (Some(webhook_id), AnsweredBy::Person { principal: Caller::Signature.principal() }),
+        None => (key, AnsweredBy::Person { principal: caller.principal() }),
     };
     answer_record(&state, record, &body, key, by).await
 }

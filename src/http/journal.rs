@@ -7,11 +7,15 @@ use serde::Deserialize;
 
 use super::extract::{Params, QueryParams};
 use super::{AppState, Route, SessionPath, json, limit};
+use crate::auth::Access;
 use crate::domain::SessionId;
 use crate::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get("/v1/sessions/{session_id}/journal", session_journal), Route::get("/v1/journal", global_journal)]
+    vec![
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/journal", session_journal),
+        Route::get(Access::RESPONDER, "/v1/journal", global_journal),
+    ]
 }
 
 #[derive(Deserialize)]

@@ -10,12 +10,16 @@ use serde::Deserialize;
 use super::extract::{IdempotencyKey, JsonBody, Params};
 use super::gates::answer_record;
 use super::{AppState, Route};
+use crate::auth::Access;
 use crate::domain::{AnswerIn, AnsweredBy, GateState};
 use crate::error::ApiError;
 use crate::store::GateRecord;
 
 pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get("/v1/answers/{token}", confirm_page), Route::post("/v1/answers/{token}", answer_by_link)]
+    vec![
+        Route::get(Access::Link, "/v1/answers/{token}", confirm_page),
+        Route::post(Access::Link, "/v1/answers/{token}", answer_by_link),
+    ]
 }
 
 #[derive(Deserialize)]

@@ -10,13 +10,15 @@ use serde::{Deserialize, Serialize};
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
 use super::{AppState, Route, json, limit, wait_deadline, wait_until};
+use crate::auth::Access;
+use crate::auth::Caller;
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
 use crate::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
-        Route::get("/v1/sessions/{session_id}/loops/{loop_id}/commands", list_commands),
-        Route::post("/v1/sessions/{session_id}/loops/{loop_id}/commands/{command_id}/ack", ack_command),
+        Route::get(Access::AGENT, "/v1/sessions/{session_id}/loops/{loop_id}/commands", list_commands),
+        Route::post(Access::AGENT, "/v1/sessions/{session_id}/loops/{loop_id}/commands/{command_id}/ack", ack_command),
     ]
 }
 
@@ -54,6 +56,7 @@ async fn list_commands(
     State(state): State<AppState>,
     Params(LoopPath { session_id, loop_id }): Params<LoopPath>,
     QueryParams(p): QueryParams<InboxParams>,
+    caller: Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // Both forms check every parameter, even those only the page uses.
@@ -66,7 +69,9 @@ async fn list_commands(
         // Never "live from now": a loop that reconnects without a cursor gets every unacked row.
         let cursor = sse::cursor(&headers, p.after)?.unwrap_or(0);
         let stream_state = state.clone();
-        return sse::open(&state, move |sink| stream_commands(stream_state, session_id, loop_id, cursor, sink));
+        return sse::open(&state, &caller, move |sink| {
+            stream_commands(stream_state, session_id, loop_id, cursor, sink)
+        });
     }
     // Register interest before reading, so a command committed in between still wakes us.
     let mut interest = state.store.bus().watch_inbox(session_id, loop_id);

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::{AppState, Route};
+use crate::auth::Access;
 use crate::error::ApiError;
 
 /// The contract, embedded so the binary serves it from any directory.
@@ -13,10 +14,10 @@ const OPENAPI: &str = include_str!("../../openapi.yaml");
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
-        Route::get("/v1/capabilities", capabilities),
-        Route::get("/healthz", healthz),
-        Route::get("/readyz", readyz),
-        Route::get("/openapi.yaml", openapi),
+        Route::get(Access::Open, "/v1/capabilities", capabilities),
+        Route::get(Access::Open, "/healthz", healthz),
+        Route::get(Access::Open, "/readyz", readyz),
+        Route::get(Access::Open, "/openapi.yaml", openapi),
     ]
 }
 

@@ -5,8 +5,10 @@ mod assets;
 mod events;
 mod extract;
 mod gates;
+mod guard;
 mod journal;
 mod links;
+mod login;
 mod loops;
 mod meta;
 mod sse;
@@ -21,16 +23,19 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{MatchedPath, Request};
 use axum::handler::Handler;
-use axum::http::Method;
+use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::sensitive_headers::{SetSensitiveRequestHeadersLayer, SetSensitiveResponseHeadersLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::auth::{Access, Auth};
 use crate::error::ApiError;
 use crate::store::Store;
 
@@ -58,22 +63,25 @@ pub struct AppState {
     pub streams: Arc<Semaphore>,
     /// Cancelled at shutdown; long-polls and streams end on it.
     pub shutdown: CancellationToken,
+    /// Tokens, login cookies, per-token limits.
+    pub auth: Arc<Auth>,
 }
 
-/// One documented route.
+/// One documented route, with who may call it.
 pub struct Route {
     pub method: Method,
     pub path: &'static str,
+    pub access: Access,
     handler: MethodRouter<AppState>,
 }
 
 impl Route {
-    fn get<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self { method: Method::GET, path, handler: axum::routing::get(handler) }
+    fn get<H: Handler<T, AppState>, T: 'static>(access: Access, path: &'static str, handler: H) -> Self {
+        Self { method: Method::GET, path, access, handler: axum::routing::get(handler) }
     }
 
-    fn post<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self { method: Method::POST, path, handler: axum::routing::post(handler) }
+    fn post<H: Handler<T, AppState>, T: 'static>(access: Access, path: &'static str, handler: H) -> Self {
+        Self { method: Method::POST, path, access, handler: axum::routing::post(handler) }
     }
 }
 
@@ -85,6 +93,7 @@ pub fn routes() -> Vec<Route> {
         events::routes(),
         journal::routes(),
         links::routes(),
+        login::routes(),
         webhooks::routes(),
         meta::routes(),
         assets::routes(),
@@ -94,22 +103,26 @@ pub fn routes() -> Vec<Route> {
     .collect()
 }
 
-/// The (method, path template) pairs the router serves.
-pub fn route_table() -> Vec<(Method, &'static str)> {
-    routes().into_iter().map(|r| (r.method, r.path)).collect()
+/// The (method, path template, access) of every route the router serves.
+pub fn route_table() -> Vec<(Method, &'static str, Access)> {
+    routes().into_iter().map(|r| (r.method, r.path, r.access)).collect()
 }
 
 /// The whole application, ready to serve.
 pub fn router(state: AppState) -> Router {
+    let cors = cors(state.auth.security.cors_origins());
     let mut router = Router::new();
     for route in routes() {
+        let guarded = guard::GuardState { auth: Arc::clone(&state.auth), access: route.access };
+        let handler = route.handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard));
         // Routes sharing a path merge their methods.
-        router = router.route(route.path, route.handler);
+        router = router.route(route.path, handler);
     }
     router
         .fallback(|| async { ApiError::NotFound("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
+        .layer(cors)
         // Outermost last: panics become JSON 500s inside the request's span.
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal("handler panicked".into()).into_response()))
         .layer(
@@ -123,6 +136,31 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        // Outermost: whatever logs a request or response later shows these as redacted.
+        .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
+        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+}
+
+/// Cross-origin access for the listed origins only, with credentials; never a wildcard. With
+/// no origins the layer adds nothing, so browsers keep the same-origin rule.
+fn cors(origins: &[String]) -> CorsLayer {
+    let origins: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    if origins.is_empty() {
+        return CorsLayer::new();
+    }
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_credentials(true)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::HeaderName::from_static("idempotency-key"),
+            header::HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([header::LOCATION, header::RETRY_AFTER, header::HeaderName::from_static("x-request-id")])
+        .max_age(Duration::from_secs(600))
 }
 
 /// Path of routes under one session.

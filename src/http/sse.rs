@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
 
 /// The reconnect delay browsers should use, sent first on every stream.
@@ -23,6 +24,8 @@ const RETRY: &[u8] = b"retry: 3000\n\n";
 const PING: &[u8] = b": ping\n\n";
 /// Frames queued between a stream's task and its socket.
 const BUFFER: usize = 16;
+/// Seconds a client over its token's stream cap is told to wait.
+const RETRY_AFTER_STREAMS: u64 = 5;
 /// Rows read from the database per batch by a stream that is behind.
 pub const BATCH: usize = 256;
 
@@ -87,13 +90,18 @@ impl Sink {
     }
 }
 
-/// Opens a stream: takes one of the `--max-streams` slots (else `503 gate_capacity`), then runs
-/// `produce` with the stream's sink until it returns, the client goes, or the server shuts down.
-pub fn open<F, Fut>(state: &AppState, produce: F) -> Result<Response, ApiError>
+/// Opens a stream: takes one of the caller's token's stream slots (else `429 rate_limited`) and
+/// one of the server's `--max-streams` (else `503 gate_capacity`), then runs `produce` with the
+/// stream's sink until it returns, the client goes, or the server shuts down.
+pub fn open<F, Fut>(state: &AppState, caller: &Caller, produce: F) -> Result<Response, ApiError>
 where
     F: FnOnce(Sink) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let token_slot = state.auth.stream_slot(caller).ok_or(ApiError::RateLimited {
+        what: "this token holds its maximum of open streams (--max-streams-per-token)",
+        retry_after: RETRY_AFTER_STREAMS,
+    })?;
     let permit = state
         .streams
         .clone()
@@ -122,7 +130,7 @@ where
 
     let work = produce(Sink { tx, done: done.clone() });
     tokio::spawn(async move {
-        let _slot = permit;
+        let _slots = (permit, token_slot);
         tokio::select! {
             () = work => {}
             () = done.cancelled() => {}

@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::QueryParams;
 use super::{AppState, Route, json, limit};
+use crate::auth::Access;
 use crate::error::ApiError;
 use crate::store::Delivery;
 
 pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get("/v1/webhooks/deliveries", list_deliveries)]
+    vec![Route::get(Access::ADMIN, "/v1/webhooks/deliveries", list_deliveries)]
 }
 
 #[derive(Deserialize)]

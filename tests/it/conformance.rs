@@ -13,9 +13,11 @@ use crate::contract;
 use crate::helpers::{TestApp, ask, gate_id, uuid};
 
 #[test]
-fn openapi_documents_exactly_the_routes_the_router_serves() {
-    let served: BTreeSet<(String, String)> =
-        gatehouse::http::route_table().into_iter().map(|(m, p)| (m.to_string(), p.to_owned())).collect();
+fn openapi_documents_exactly_the_routes_the_router_serves_and_who_may_call_them() {
+    let served: BTreeSet<(String, String, String)> = gatehouse::http::route_table()
+        .into_iter()
+        .map(|(m, p, access)| (m.to_string(), p.to_owned(), access.names().join(",")))
+        .collect();
     let documented = contract::documented_operations();
     let undocumented: Vec<_> = served.difference(&documented).collect();
     let unserved: Vec<_> = documented.difference(&served).collect();

@@ -38,15 +38,19 @@ pub fn openapi() -> &'static Value {
     &DOCUMENT
 }
 
-/// Every documented operation, as (upper-case method, path template).
-pub fn documented_operations() -> BTreeSet<(String, String)> {
+/// Every documented operation, as (upper-case method, path template, its `x-roles` joined by
+/// commas, or `<none>`).
+pub fn documented_operations() -> BTreeSet<(String, String, String)> {
     paths()
         .iter()
         .flat_map(|(template, item)| {
-            OPERATION_KEYS
-                .iter()
-                .filter(|key| item.get(**key).is_some())
-                .map(|key| (key.to_ascii_uppercase(), template.clone()))
+            OPERATION_KEYS.iter().filter_map(|key| item.get(*key).map(|op| (key, op))).map(|(key, op)| {
+                let roles = op["x-roles"].as_array().map_or_else(
+                    || "<none>".to_owned(),
+                    |roles| roles.iter().map(|r| r.as_str().unwrap_or("<not a string>")).collect::<Vec<_>>().join(","),
+                );
+                (key.to_ascii_uppercase(), template.clone(), roles)
+            })
         })
         .collect()
 }
@@ -178,7 +182,7 @@ pub fn self_check() {
     let mut operation_ids = BTreeSet::new();
     // Operations share component responses; check each of them once.
     let mut visited = BTreeSet::new();
-    for (method, template) in documented_operations() {
+    for (method, template, _) in documented_operations() {
         let key = method.to_ascii_lowercase();
         let operation_pointer = format!("/paths/{}/{key}", escape_pointer(&template));
         let operation = &document.pointer(&operation_pointer).expect("a listed operation");

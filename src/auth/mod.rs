@@ -1,0 +1,272 @@
+//! Who may do what (spec §10): tokens with roles, the page's login cookie, the `Host` and
+//! `Origin` checks, per-token limits, and the fail-secure bind. The HTTP guard (`http::guard`)
+//! applies it to every route; this module holds the decisions, free of HTTP plumbing.
+
+pub mod cookie;
+pub mod limits;
+pub mod tokens;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use cookie::CookieKey;
+pub use limits::{Limiter, StreamSlot, TokenLimits};
+pub use tokens::{Role, Token, Tokens, TokensError};
+
+use crate::config::ServeArgs;
+
+/// Who may call a route: one row of the route × role table of spec §10.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: health, the page and its assets, the contract, capabilities, login.
+    Open,
+    /// Anyone holding an answer link: the token in the path is the capability.
+    Link,
+    /// Tokens of these roles; an agent token only within its session prefix.
+    Roles(&'static [Role]),
+    /// Answering: responders and admins, or a request signed with the webhook secret (verified
+    /// together with the body it covers).
+    Answer,
+}
+
+impl Access {
+    /// Opening and closing gates, reading and acking inboxes.
+    pub const AGENT: Self = Self::Roles(&[Role::Agent, Role::Admin]);
+    /// Reading one session's gates and journal.
+    pub const SESSION_READ: Self = Self::Roles(&[Role::Agent, Role::Responder, Role::Admin]);
+    /// Reading across sessions.
+    pub const RESPONDER: Self = Self::Roles(&[Role::Responder, Role::Admin]);
+    /// Operating the server: metrics, webhook deliveries.
+    pub const ADMIN: Self = Self::Roles(&[Role::Admin]);
+
+    /// The `x-roles` of the route's operation in `openapi.yaml`.
+    pub fn names(self) -> Vec<&'static str> {
+        match self {
+            Self::Open => vec!["open"],
+            Self::Link => vec!["link"],
+            Self::Roles(roles) => roles.iter().map(|r| r.name()).collect(),
+            Self::Answer => vec!["responder", "admin", "webhook"],
+        }
+    }
+
+    /// Whether the route needs a credential at all.
+    pub fn guarded(self) -> bool {
+        matches!(self, Self::Roles(_) | Self::Answer)
+    }
+
+    /// Whether `role` may call the route (agent scope is checked separately).
+    pub fn permits(self, role: Role) -> bool {
+        match self {
+            Self::Open | Self::Link => true,
+            Self::Roles(roles) => roles.contains(&role),
+            Self::Answer => matches!(role, Role::Responder | Role::Admin),
+        }
+    }
+}
+
+/// Who made a request, once the guard let it through.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// Open mode (no tokens file) or an open route: nobody in particular.
+    Anyone,
+    /// A bearer token, or the login cookie of one.
+    Token(Arc<Token>),
+    /// No credential, but a webhook signature that the answer's body extractor verifies.
+    Signature,
+}
+
+impl Caller {
+    /// The `source.principal` of answers made by this caller.
+    pub fn principal(&self) -> Option<String> {
+        match self {
+            Self::Anyone => None,
+            Self::Token(token) => Some(token.name.clone()),
+            Self::Signature => Some("webhook".into()),
+        }
+    }
+}
+
+/// Why the server refuses to start with these flags.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    #[error(
+        "refusing to listen on {0} without --tokens-file: anyone who can reach it could read and answer gates. \
+         Give --tokens-file, or --insecure-public-bind if something in front of gatehouse authenticates"
+    )]
+    PublicBindWithoutTokens(SocketAddr),
+    #[error(
+        "--public-url is required when binding the unspecified address {0}: answer links and the Host check \
+         need the address people use"
+    )]
+    PublicUrlRequired(SocketAddr),
+    #[error("{flag} {value:?}: {reason}")]
+    Flag { flag: &'static str, value: String, reason: String },
+    #[error(transparent)]
+    Tokens(#[from] TokensError),
+}
+
+/// The security settings of a server, read from its flags (before anything else starts).
+pub struct Security {
+    /// `None`: open mode, every route open, no principals, no per-token limits.
+    tokens: Option<Tokens>,
+    /// Hostnames the `Host` header may name, on loopback binds (DNS-rebinding defence).
+    hosts: Option<Vec<String>>,
+    /// `--cors-origin`s, as `scheme://host[:port]`.
+    cors_origins: Vec<String>,
+    /// The origin of `--public-url`.
+    public_origin: Option<String>,
+    /// Login cookies carry `Secure` when the public URL is https.
+    secure_cookie: bool,
+    limits: TokenLimits,
+}
+
+impl Security {
+    /// Checks the bind against the tokens file (fail-secure) and reads every security flag.
+    pub fn load(args: &ServeArgs) -> Result<Self, SecurityError> {
+        let tokens = args.tokens_file.as_deref().map(Tokens::load).transpose()?;
+        let ip = args.bind.ip();
+        if !ip.is_loopback() && tokens.is_none() && !args.insecure_public_bind {
+            return Err(SecurityError::PublicBindWithoutTokens(args.bind));
+        }
+        if ip.is_unspecified() && args.public_url.is_none() {
+            return Err(SecurityError::PublicUrlRequired(args.bind));
+        }
+        let public = args.public_url.as_deref().map(|url| origin_of("--public-url", url)).transpose()?;
+        let cors_origins =
+            args.cors_origins.iter().map(|url| origin_of("--cors-origin", url)).collect::<Result<Vec<_>, _>>()?;
+        let secure_cookie = public.as_ref().is_some_and(|o| o.starts_with("https://"));
+        let hosts = ip.is_loopback().then(|| {
+            let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
+            hosts.extend(public.as_deref().and_then(host_of));
+            hosts.extend(args.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+            hosts
+        });
+        Ok(Self {
+            tokens,
+            hosts,
+            cors_origins,
+            public_origin: public,
+            secure_cookie,
+            limits: TokenLimits { posts_per_second: args.rate_limit, streams: args.max_streams_per_token },
+        })
+    }
+
+    /// Open mode: no tokens file.
+    pub fn is_open(&self) -> bool {
+        self.tokens.is_none()
+    }
+
+    /// The tokens, when configured.
+    pub fn tokens(&self) -> Option<&Tokens> {
+        self.tokens.as_ref()
+    }
+
+    /// Per-token limits: only with tokens (spec §10).
+    pub fn limiter(&self) -> Option<Arc<Limiter>> {
+        self.tokens.as_ref().map(|_| Limiter::new(self.limits))
+    }
+
+    /// Whether a `Host` header value may be served (always, on non-loopback binds).
+    pub fn host_allowed(&self, host: Option<&str>) -> bool {
+        let Some(allowed) = &self.hosts else {
+            return true;
+        };
+        host.and_then(host_of_authority).is_some_and(|name| allowed.contains(&name))
+    }
+
+    /// The origins that may call the API from a browser (`--cors-origin`).
+    pub fn cors_origins(&self) -> &[String] {
+        &self.cors_origins
+    }
+
+    /// Whether an `Origin` is the server itself (the request's own `Host` or the public URL) or
+    /// a `--cors-origin`.
+    pub fn origin_trusted(&self, origin: &str, host: Option<&str>) -> bool {
+        let origin = origin.to_ascii_lowercase();
+        let same = host.is_some_and(|host| {
+            let host = host.to_ascii_lowercase();
+            origin == format!("http://{host}") || origin == format!("https://{host}")
+        });
+        same || self.public_origin.as_ref() == Some(&origin) || self.cors_origins.contains(&origin)
+    }
+
+    /// The attributes of the login cookie.
+    pub fn cookie_attributes(&self) -> String {
+        let secure = if self.secure_cookie { "; Secure" } else { "" };
+        format!("Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", cookie::LIFETIME_SECS)
+    }
+}
+
+/// Security at run time: the settings, the login cookie key (from the database) and the
+/// per-token limits' state.
+pub struct Auth {
+    pub security: Security,
+    pub cookies: CookieKey,
+    pub limiter: Option<Arc<Limiter>>,
+}
+
+impl Auth {
+    pub fn new(security: Security, database_secret: &[u8]) -> Self {
+        let limiter = security.limiter();
+        Self { security, cookies: CookieKey::derive(database_secret), limiter }
+    }
+
+    /// One more stream for the caller: `None` when its token holds its maximum. Open mode and
+    /// callers without a token are not counted per token.
+    pub fn stream_slot(&self, caller: &Caller) -> Option<StreamSlot> {
+        match (&self.limiter, caller) {
+            (Some(limiter), Caller::Token(token)) => limiter.open_stream(&token.name),
+            _ => Some(StreamSlot::unlimited()),
+        }
+    }
+}
+
+/// `scheme://host[:port]` of an http(s) URL, lower case, without a trailing slash.
+fn origin_of(flag: &'static str, url: &str) -> Result<String, SecurityError> {
+    let bad = |reason: &str| SecurityError::Flag { flag, value: url.to_owned(), reason: reason.to_owned() };
+    let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(bad("must be an http or https URL with a host"));
+    }
+    Ok(parsed.origin().ascii_serialization())
+}
+
+/// The hostname of an origin (`http://Example.com:8080` → `example.com`).
+fn host_of(origin: &str) -> Option<String> {
+    url::Url::parse(origin).ok()?.host_str().map(str::to_ascii_lowercase)
+}
+
+/// The hostname of a `Host` header value, port dropped (`[::1]:8080` → `[::1]`).
+fn host_of_authority(authority: &str) -> Option<String> {
+    let authority = authority.trim().to_ascii_lowercase();
+    let name = if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        authority[..=end].to_owned()
+    } else {
+        authority.split(':').next()?.to_owned()
+    };
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_drop_the_port() {
+        assert_eq!(host_of_authority("127.0.0.1:8080").as_deref(), Some("127.0.0.1"));
+        assert_eq!(host_of_authority("LocalHost").as_deref(), Some("localhost"));
+        assert_eq!(host_of_authority("[::1]:80").as_deref(), Some("[::1]"));
+        assert_eq!(host_of_authority(":80"), None);
+        assert_eq!(host_of("https://Gates.Example.com:8443/x").as_deref(), Some("gates.example.com"));
+    }
+
+    #[test]
+    fn the_route_table_roles() {
+        assert!(Access::AGENT.permits(Role::Agent) && !Access::AGENT.permits(Role::Responder));
+        assert!(Access::Answer.permits(Role::Responder) && !Access::Answer.permits(Role::Agent));
+        assert!(!Access::ADMIN.permits(Role::Responder));
+        assert_eq!(Access::Answer.names(), ["responder", "admin", "webhook"]);
+        assert!(!Access::Link.guarded() && Access::SESSION_READ.guarded());
+    }
+}

@@ -1,0 +1,156 @@
+//! The guard in front of every route: it applies the route's `Access` (spec §10) in the check
+//! order of spec §4.5 — authentication 401 → path 400 → role and session scope 403 → `Host` 403
+//! → the cookie's CSRF rules 403 → the per-token rate limit 429 — and hands the handler its
+//! `Caller`. Query, media type, size and body checks follow in the handler's extractors.
+
+use std::sync::Arc;
+
+use axum::RequestExt;
+use axum::extract::{FromRequestParts, RawPathParams, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::extract::is_json;
+use crate::auth::{Access, Auth, Caller, Role, cookie};
+use crate::domain::{CommandId, GateId, LoopId, SessionId};
+use crate::error::ApiError;
+
+/// What the guard of one route needs.
+#[derive(Clone)]
+pub struct GuardState {
+    pub auth: Arc<Auth>,
+    pub access: Access,
+}
+
+pub async fn guard(State(guard): State<GuardState>, mut req: Request, next: Next) -> Response {
+    match check(&guard, &mut req).await {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError> {
+    let GuardState { auth, access } = guard;
+    let (caller, by_cookie) = authenticate(auth, *access, req.headers())?;
+    let path = path_session(req).await;
+    if let Caller::Token(token) = &caller {
+        if !access.permits(token.role) {
+            path?;
+            return Err(ApiError::Forbidden(format!(
+                "the {} token {:?} may not use this route",
+                token.role.name(),
+                token.name
+            )));
+        }
+        if token.role == Role::Agent
+            && let Some(session) = path?
+            && !token.covers(&session.to_string())
+        {
+            let prefix = token.session_prefix.as_deref().unwrap_or_default();
+            return Err(ApiError::Forbidden(format!(
+                "the agent token {:?} covers only sessions whose id starts with {prefix:?}",
+                token.name
+            )));
+        }
+    }
+    let headers = req.headers();
+    let host = req.uri().authority().map(|a| a.as_str()).or_else(|| text(headers, header::HOST));
+    if !auth.security.host_allowed(host) {
+        return Err(ApiError::Forbidden(format!(
+            "the Host {:?} is not served here (a DNS-rebinding guard): use localhost or 127.0.0.1, or start \
+             the server with --allowed-host",
+            host.unwrap_or("")
+        )));
+    }
+    let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD);
+    if by_cookie && changes_state {
+        // A browser sends the cookie with any request to this site; only the page's own script
+        // can send JSON with our Origin (spec §10's CSRF rule).
+        if !headers.get(header::CONTENT_TYPE).is_some_and(|ct| is_json(ct.as_bytes())) {
+            return Err(ApiError::Forbidden("requests authenticated by the login cookie must send JSON".into()));
+        }
+        if !text(headers, header::ORIGIN).is_some_and(|origin| auth.security.origin_trusted(origin, host)) {
+            return Err(ApiError::Forbidden(
+                "requests authenticated by the login cookie must come from this server's own pages (Origin)".into(),
+            ));
+        }
+    }
+    if *req.method() == Method::POST
+        && let (Some(limiter), Some(name)) = (&auth.limiter, caller.principal())
+        && let Err(wait) = limiter.take_post(&name)
+    {
+        let retry_after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        return Err(ApiError::RateLimited { what: "this token sends too many requests", retry_after });
+    }
+    Ok(caller)
+}
+
+/// The caller, and whether it was the login cookie that identified it.
+fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Caller, bool), ApiError> {
+    let Some(tokens) = auth.security.tokens().filter(|_| access.guarded()) else {
+        return Ok((Caller::Anyone, false));
+    };
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let presented = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
+        return match presented.and_then(|token| tokens.find(token)) {
+            Some(token) => Ok((Caller::Token(token), false)),
+            None => Err(ApiError::Unauthorized("the bearer token is not valid".into())),
+        };
+    }
+    let login = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(cookie::from_header);
+    if let Some(value) = login {
+        let now = crate::domain::Timestamp::now().unix_seconds();
+        let token = cookie::CookieKey::claimed_name(value).and_then(|name| tokens.named(&name));
+        return match token {
+            Some(token) if auth.cookies.verify(value, &token, now) => Ok((Caller::Token(token), true)),
+            _ => Err(ApiError::Unauthorized("the login has expired or is no longer valid; log in again".into())),
+        };
+    }
+    if access == Access::Answer && headers.contains_key("webhook-signature") {
+        return Ok((Caller::Signature, false));
+    }
+    Err(ApiError::Unauthorized("this route needs a token: `Authorization: Bearer …`, or log in on the page".into()))
+}
+
+/// Checks the ids in the path (so a malformed one is a 400 even for a caller about to be
+/// refused) and returns the session, if the route has one.
+async fn path_session(req: &mut Request) -> Result<Option<SessionId>, ApiError> {
+    let Ok(params) = req.extract_parts::<RawPathParams>().await else {
+        return Ok(None);
+    };
+    let mut session = None;
+    for (name, value) in &params {
+        let bad = |_| ApiError::InvalidParameter(format!("{name} {value:?} is not a UUID"));
+        match name {
+            "session_id" => session = Some(SessionId::parse(value).map_err(bad)?),
+            "gate_id" => _ = GateId::parse(value).map_err(bad)?,
+            "loop_id" => _ = LoopId::parse(value).map_err(bad)?,
+            "command_id" => _ = CommandId::parse(value).map_err(bad)?,
+            _ => {}
+        }
+    }
+    Ok(session)
+}
+
+fn text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The caller the guard let through (`Anyone` for a route without a guard).
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anyone))
+    }
+}
