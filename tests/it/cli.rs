@@ -14,6 +14,7 @@ fn gatehouse(url: &str, args: &[&str]) -> Command {
     cmd.args(args)
         .env("GATEHOUSE_URL", url)
         .env_remove("RUST_LOG")
+        .env_remove("GATEHOUSE_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -204,4 +205,34 @@ async fn gates_and_tail_print_what_the_server_holds() {
     assert_eq!(seqs, [1, 2, 3]);
     assert_eq!(lines[2]["event"]["type"], "GateResolved");
     tail.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_cli_sends_gatehouse_token() {
+    let (dir, db) = temp_db();
+    let tokens = db.with_file_name("tokens");
+    let (agent, responder) = ("cli-agent-secret-0123456789", "cli-responder-secret-0123456789");
+    std::fs::write(&tokens, format!("agent bot {agent} abc\nresponder alice {responder}\n")).unwrap();
+    let app = TestApp::start(&db, |args| args.tokens_file = Some(tokens)).await;
+    let session = format!("abc{}", &uuid()[3..]);
+    let asking = gatehouse(&app.base, &["ask", "Ship it?", "--session", &session])
+        .env("GATEHOUSE_TOKEN", agent)
+        .spawn()
+        .unwrap();
+    let view = opened_in(&app.bearer(agent), &session).await;
+    let gate = gate_id(&view);
+
+    let refused = finish(gatehouse(&app.base, &["answer", &gate, "yes"]).spawn().unwrap()).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(text(&refused.stderr).contains("401"), "{}", text(&refused.stderr));
+    let answered =
+        finish(gatehouse(&app.base, &["answer", &gate, "yes"]).env("GATEHOUSE_TOKEN", responder).spawn().unwrap())
+            .await;
+    assert_eq!(answered.status.code(), Some(0), "{}", text(&answered.stderr));
+    let asked = finish(asking).await;
+    assert_eq!((asked.status.code(), text(&asked.stdout)), (Some(0), "yes\n".to_owned()), "{}", text(&asked.stderr));
+    let view = app.bearer(responder).get(&format!("/v1/gates/{gate}")).await.expect(200).json();
+    assert_eq!(view["resolution"]["source"]["principal"], "alice");
+    drop(app.stop().await);
+    drop(dir);
 }

@@ -106,6 +106,22 @@ impl Client {
         Self { base, http }
     }
 
+    /// The same server, every request carrying `Authorization: Bearer {token}`.
+    pub fn bearer(&self, token: &str) -> Self {
+        self.with_header("authorization", &format!("Bearer {token}"))
+    }
+
+    /// The same server, every request carrying one more header.
+    pub fn with_header(&self, name: &str, value: &str) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("header name"),
+            value.parse().expect("header value"),
+        );
+        let http = reqwest::Client::builder().no_proxy().default_headers(headers).build().expect("client");
+        Self { base: self.base.clone(), http }
+    }
+
     /// A client that opens a connection per request and closes it after.
     pub fn without_keep_alive(base: String) -> Self {
         let http = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).build().expect("client");
@@ -337,7 +353,7 @@ pub struct ServerProcess {
     pub client: Client,
     child: Child,
     /// Kept so the forwarding thread keeps draining the pipe.
-    _stderr: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
 }
 
 impl std::ops::Deref for ServerProcess {
@@ -354,7 +370,7 @@ fn binary() -> Command {
 }
 
 /// Forwards a child's stderr lines to a channel (and to the test output).
-fn collect_stderr(child: &mut Child) -> mpsc::Receiver<String> {
+fn collectstderr(child: &mut Child) -> mpsc::Receiver<String> {
     let stderr = child.stderr.take().expect("piped stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -381,9 +397,19 @@ impl ServerProcess {
 
     /// Starts `gatehouse serve` on `bind` with more flags.
     pub fn start_with(db: &Path, bind: &str, extra: &[&str]) -> Self {
-        let mut child =
-            binary().args(["serve", "--bind", bind, "--db"]).arg(db).args(extra).spawn().expect("start gatehouse");
-        let stderr = collect_stderr(&mut child);
+        Self::start_with_env(db, bind, extra, &[])
+    }
+
+    /// Starts `gatehouse serve` on `bind` with more flags and environment variables.
+    pub fn start_with_env(db: &Path, bind: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = binary()
+            .args(["serve", "--bind", bind, "--db"])
+            .arg(db)
+            .args(extra)
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("start gatehouse");
+        let stderr = collectstderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -393,15 +419,20 @@ impl ServerProcess {
             });
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let base = rest.split_whitespace().next().expect("address").to_owned();
-                return Self { client: Client::new(base), child, _stderr: stderr };
+                return Self { client: Client::new(base), child, stderr };
             }
         }
+    }
+
+    /// The lines the server wrote to stderr since the last call.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.stderr.try_iter().collect()
     }
 
     /// Runs `gatehouse ARGS…` to completion (bounded), returning its exit code and stderr.
     pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
         let mut child = binary().args(args).spawn().expect("start gatehouse");
-        let stderr = collect_stderr(&mut child);
+        let stderr = collectstderr(&mut child);
         let code = wait_bounded(&mut child, NET_TIMEOUT).unwrap_or_else(|| {
             let _ = child.kill();
             panic!("gatehouse did not exit")

@@ -2,6 +2,7 @@
 //! SQLite files.
 
 mod answers;
+mod auth;
 mod barrier;
 mod cli;
 mod conformance;
@@ -10,6 +11,7 @@ mod durability;
 mod faults;
 mod gates;
 mod helpers;
+mod hostile;
 mod inbox;
 mod readme;
 mod streams;

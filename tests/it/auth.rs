@@ -1,0 +1,403 @@
+//! Authentication, roles and hardening (spec §10): the route × role matrix from `openapi.yaml`'s
+//! `x-roles`, principals on answers, the login cookie and its CSRF rules, the `Host` check, the
+//! fail-secure bind, per-token limits, and no secret in the log.
+
+use std::path::{Path, PathBuf};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::contract;
+use crate::helpers::{Client, ServerProcess, TestApp, answer, ask, bounded, gate_id, temp_db, uuid};
+
+/// Sessions under the scoped agent's prefix start with this.
+const PREFIX: &str = "aaaa";
+
+struct Credential {
+    name: &'static str,
+    secret: &'static str,
+}
+
+const AGENT: Credential = Credential { name: "scoped-bot", secret: "agent-secret-aaaa-0123456789" };
+const AGENT_ALL: Credential = Credential { name: "any-bot", secret: "agent-secret-all-0123456789" };
+const RESPONDER: Credential = Credential { name: "alice", secret: "responder-secret-0123456789" };
+const ADMIN: Credential = Credential { name: "root", secret: "admin-secret-0123456789abc" };
+const ALL: [&Credential; 4] = [&AGENT, &AGENT_ALL, &RESPONDER, &ADMIN];
+
+/// Writes the tokens file of these tests beside `db`.
+fn tokens_file(db: &Path) -> PathBuf {
+    let path = db.with_file_name("tokens");
+    let text = format!(
+        "# role name secret [session prefix]\n\
+         agent {} {} {PREFIX}\n\
+         agent {} {}\n\
+         responder {} {}\n\
+         admin {} {}\n",
+        AGENT.name,
+        AGENT.secret,
+        AGENT_ALL.name,
+        AGENT_ALL.secret,
+        RESPONDER.name,
+        RESPONDER.secret,
+        ADMIN.name,
+        ADMIN.secret
+    );
+    std::fs::write(&path, text).expect("write the tokens file");
+    path
+}
+
+/// A server with the tokens file and generous limits (tests of the limits set their own).
+async fn spawn_with_tokens(adjust: impl FnOnce(&mut gatehouse::ServeArgs)) -> (TestApp, tempfile::TempDir, PathBuf) {
+    let (dir, db) = temp_db();
+    let tokens = tokens_file(&db);
+    let app = TestApp::start(&db, |args| {
+        args.tokens_file = Some(tokens);
+        args.rate_limit = 100_000;
+        adjust(args);
+    })
+    .await;
+    (app, dir, db)
+}
+
+fn session_in_prefix() -> String {
+    format!("{PREFIX}{}", &uuid()[PREFIX.len()..])
+}
+
+fn session_out_of_prefix() -> String {
+    format!("bbbb{}", &uuid()[4..])
+}
+
+/// A concrete path for a route template.
+fn concrete(template: &str, session: &str) -> String {
+    let mut path = template.to_owned();
+    for (param, value) in [
+        ("{session_id}", session.to_owned()),
+        ("{gate_id}", uuid()),
+        ("{loop_id}", uuid()),
+        ("{command_id}", uuid()),
+        ("{token}", "A".repeat(43)),
+        ("{name}", "app.js".to_owned()),
+    ] {
+        path = path.replace(param, &value);
+    }
+    // A long-poll must not hold the matrix up.
+    if path.ends_with("/wait") {
+        path.push_str("?timeout=0");
+    }
+    path
+}
+
+/// The status of one request, reading the body only when it is not a stream (and checking it
+/// against the contract then).
+async fn status_of(http: &reqwest::Client, base: &str, method: &Method, path: &str, auth: Option<&str>) -> u16 {
+    let mut req = http.request(method.clone(), format!("{base}{path}"));
+    if let Some(secret) = auth {
+        req = req.header("authorization", format!("Bearer {secret}"));
+    }
+    if *method == Method::POST {
+        req = req.header("content-type", "application/json").body("{}");
+    }
+    let resp = bounded(path, req.send()).await.expect("send");
+    let status = resp.status().as_u16();
+    let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if content_type.as_deref() != Some("text/event-stream") {
+        let body = bounded(path, resp.bytes()).await.expect("body");
+        contract::check_response(method.as_str(), path, status, content_type.as_deref(), &body);
+    }
+    status
+}
+
+#[tokio::test]
+async fn every_route_gives_every_role_the_documented_status() {
+    let (app, _dir, _db) = spawn_with_tokens(|_| {}).await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let documented = contract::documented_operations();
+    assert!(documented.len() > 20, "the matrix covers every documented operation");
+    let mut checked = 0;
+    for (method, template, roles) in &documented {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let roles: Vec<&str> = roles.split(',').collect();
+        let guarded = !roles.contains(&"open") && !roles.contains(&"link");
+        let scoped = template.contains("{session_id}");
+        let cases: [(&str, Option<&str>, String); 7] = [
+            ("no token", None, session_in_prefix()),
+            ("a wrong token", Some("not-a-token-0123456789"), session_in_prefix()),
+            ("the agent in its prefix", Some(AGENT.secret), session_in_prefix()),
+            ("the agent out of its prefix", Some(AGENT.secret), session_out_of_prefix()),
+            ("an agent of all sessions", Some(AGENT_ALL.secret), session_out_of_prefix()),
+            ("the responder", Some(RESPONDER.secret), session_out_of_prefix()),
+            ("the admin", Some(ADMIN.secret), session_out_of_prefix()),
+        ];
+        for (who, secret, session) in cases {
+            let path = concrete(template, &session);
+            let status = status_of(&http, &app.base, &method, &path, secret).await;
+            let role = match secret {
+                Some(s) if s == AGENT.secret || s == AGENT_ALL.secret => Some("agent"),
+                Some(s) if s == RESPONDER.secret => Some("responder"),
+                Some(s) if s == ADMIN.secret => Some("admin"),
+                _ => None,
+            };
+            let expected = match role {
+                _ if !guarded => None,
+                None => Some(401),
+                Some(role) if !roles.contains(&role) => Some(403),
+                Some("agent") if who == "the agent out of its prefix" && scoped => Some(403),
+                Some(_) => None,
+            };
+            match expected {
+                Some(expected) => assert_eq!(status, expected, "{who}: {method} {path}"),
+                None => assert!(status != 401 && status != 403, "{who}: {method} {path} gave {status}"),
+            }
+            checked += 1;
+        }
+    }
+    eprintln!("route × role matrix: {checked} requests over {} operations", documented.len());
+}
+
+#[tokio::test]
+async fn answers_record_the_token_name_and_policy_answers_none() {
+    let (app, _dir, _db) = spawn_with_tokens(|_| {}).await;
+    let agent = app.bearer(AGENT.secret);
+    let session = session_in_prefix();
+    for who in [&RESPONDER, &ADMIN] {
+        let view = agent.open(&session, &ask(&uuid(), &uuid(), "Who answers?")).await;
+        app.bearer(who.secret).answer(&session, &gate_id(&view), "me").await.expect(202);
+        let view = agent.view(&session, &gate_id(&view)).await;
+        assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": who.name}));
+    }
+    // A timeout answer and a close carry no principal.
+    let mut timed = ask(&uuid(), &uuid(), "Default?");
+    timed["response_policy"] = json!({"timeout": 1_000_000, "on_timeout": "respond", "response": {"action": "answer", "values": {"answer": "d"}}});
+    let timed = gate_id(&agent.open(&session, &timed).await);
+    crate::helpers::eventually("the timeout answers", async || {
+        agent.view(&session, &timed).await["state"] == "resolved"
+    })
+    .await;
+    assert_eq!(
+        agent.view(&session, &timed).await["resolution"]["source"],
+        json!({"kind": "policy", "reason": "timeout"})
+    );
+    let closed = gate_id(&agent.open(&session, &ask(&uuid(), &uuid(), "Withdrawn?")).await);
+    agent.post(&format!("/v1/sessions/{session}/gates/{closed}/close"), &json!({})).await.expect(200);
+    let source = &agent.view(&session, &closed).await["resolution"]["source"];
+    assert!(source.get("principal").is_none(), "{source}");
+}
+
+/// Logs in and returns the cookie pair (`gatehouse_login=…`) and the whole Set-Cookie header.
+async fn login(client: &Client, secret: &str) -> (String, String) {
+    let resp = client.post("/v1/login", &json!({"token": secret})).await.expect(204);
+    let set_cookie = resp.headers["set-cookie"].to_str().unwrap().to_owned();
+    let pair = set_cookie.split(';').next().unwrap().to_owned();
+    (pair, set_cookie)
+}
+
+#[tokio::test]
+async fn the_login_cookie_survives_a_restart_and_state_changes_need_json_and_our_origin() {
+    let (app, dir, db) = spawn_with_tokens(|_| {}).await;
+    app.post("/v1/login", &json!({"token": "wrong-secret-0123456789"})).await.expect_error(401, "unauthorized");
+    app.post("/v1/login", &json!({"token": 5})).await.expect_error(400, "invalid_body");
+    let (cookie, set_cookie) = login(&app, RESPONDER.secret).await;
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age="] {
+        assert!(set_cookie.contains(attribute), "{set_cookie}");
+    }
+    let page = app.with_header("cookie", &cookie);
+    page.get("/v1/gates").await.expect(200);
+
+    let tokens = tokens_file(&db);
+    drop(app.stop().await);
+    let app = TestApp::start(&db, |args| args.tokens_file = Some(tokens.clone())).await;
+    let page = app.with_header("cookie", &cookie);
+    page.get("/v1/gates").await.expect(200);
+
+    let session = uuid();
+    let gate = gate_id(&app.bearer(ADMIN.secret).open(&session, &ask(&uuid(), &uuid(), "From the page?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let body = answer("yes").to_string().into_bytes();
+    let origin = app.base.clone();
+    let cases: [(&str, Vec<(&str, &str)>); 3] = [
+        ("no Origin", vec![("content-type", "application/json")]),
+        ("another Origin", vec![("content-type", "application/json"), ("origin", "http://evil.example")]),
+        ("not JSON", vec![("content-type", "text/plain"), ("origin", origin.as_str())]),
+    ];
+    for (what, headers) in cases {
+        let resp = page.send(Method::POST, &path, &headers, Some(body.clone())).await;
+        assert_eq!(
+            resp.expect_error(403, "forbidden")["error"]["message"].as_str().map(|m| m.contains("cookie")),
+            Some(true),
+            "{what}"
+        );
+    }
+    assert_eq!(app.view(&session, &gate).await["state"], "open", "refused requests change nothing");
+    let headers = [("content-type", "application/json"), ("origin", origin.as_str())];
+    page.send(Method::POST, &path, &headers, Some(body)).await.expect(202);
+    let view = app.bearer(ADMIN.secret).view(&session, &gate).await;
+    assert_eq!(view["resolution"]["source"]["principal"], RESPONDER.name);
+
+    // A forged or tampered cookie is refused.
+    let tampered = format!("{}x", cookie);
+    app.with_header("cookie", &tampered).get("/v1/gates").await.expect_error(401, "unauthorized");
+    // Changing the token's secret ends the logins made with the old one.
+    std::fs::write(&tokens, format!("responder {} a-brand-new-secret-0123456789\n", RESPONDER.name)).unwrap();
+    drop(app.stop().await);
+    let app = TestApp::start(&db, |args| args.tokens_file = Some(tokens)).await;
+    app.with_header("cookie", &cookie).get("/v1/gates").await.expect_error(401, "unauthorized");
+    drop(dir);
+}
+
+#[tokio::test]
+async fn loopback_binds_serve_only_known_host_names() {
+    let app = TestApp::spawn_with(|args| args.allowed_hosts = vec!["gates.internal".into()]).await;
+    for host in ["localhost:1", "127.0.0.1", "[::1]:8080", "gates.internal:443", "LOCALHOST"] {
+        app.send(Method::GET, "/healthz", &[("host", host)], None).await.expect(200);
+    }
+    for host in ["evil.example", "127.0.0.2", "localhost.evil.example"] {
+        let resp = app.send(Method::GET, "/v1/gates", &[("host", host)], None).await;
+        resp.expect_error(403, "forbidden");
+    }
+    // Open routes too: a rebinding page must not even read the contract.
+    app.send(Method::GET, "/openapi.yaml", &[("host", "evil.example")], None).await.expect_error(403, "forbidden");
+}
+
+#[test]
+fn a_public_bind_needs_tokens_or_an_explicit_opt_in() {
+    let (dir, db) = temp_db();
+    let db_arg = db.as_os_str();
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["serve".as_ref(), "--db".as_ref(), db_arg];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        ServerProcess::run_to_exit(&args)
+    };
+    // 192.0.2.1 (TEST-NET-1) is never this machine's: once the security check passes, binding it
+    // fails, so nothing ever listens on a public address.
+    let (code, stderr) = run(&["--bind", "192.0.2.1:0"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("refusing to listen on 192.0.2.1:0 without --tokens-file"), "{stderr}");
+    let (code, stderr) = run(&["--bind", "0.0.0.0:0"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("refusing to listen"), "{stderr}");
+
+    let (code, stderr) = run(&["--bind", "192.0.2.1:0", "--insecure-public-bind"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("cannot listen on 192.0.2.1:0"), "the opt-in passes the check: {stderr}");
+    let tokens = tokens_file(&db);
+    let (code, stderr) = run(&["--bind", "192.0.2.1:0", "--tokens-file", tokens.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("cannot listen on 192.0.2.1:0"), "a tokens file passes the check: {stderr}");
+
+    let (code, stderr) = run(&["--bind", "0.0.0.0:0", "--insecure-public-bind"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--public-url is required"), "{stderr}");
+
+    std::fs::write(&tokens, "admin webhook a-secret-of-enough-length\n").unwrap();
+    let (code, stderr) = run(&["--tokens-file", tokens.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("tokens file line 1") && stderr.contains("reserved"), "{stderr}");
+    drop(dir);
+}
+
+#[tokio::test]
+async fn posts_are_rate_limited_per_token_and_refused_ones_change_nothing() {
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.rate_limit = 2).await;
+    let agent = app.bearer(AGENT_ALL.secret);
+    let session = uuid();
+    let opens = (0..20).map(|i| {
+        let agent = agent.clone();
+        let path = format!("/v1/sessions/{session}/gates");
+        async move { agent.post(&path, &ask(&uuid(), &uuid(), &format!("Burst {i}?"))).await }
+    });
+    let results = bounded("the burst", futures_util::future::join_all(opens)).await;
+    let created = results.iter().filter(|r| r.status == 201).count();
+    let limited: Vec<_> = results.iter().filter(|r| r.status == 429).collect();
+    assert_eq!(created + limited.len(), 20, "only 201 or 429");
+    assert!(created >= 1 && !limited.is_empty(), "{created} created, {} limited", limited.len());
+    for resp in &limited {
+        let body = (*resp).clone().expect_error(429, "rate_limited");
+        assert_eq!(body["error"]["retryable"], true);
+        let retry_after: u64 = resp.headers["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!(retry_after >= 1, "Retry-After {retry_after}");
+    }
+    let listed = app.bearer(ADMIN.secret).listed_gate_ids(&format!("/v1/sessions/{session}/gates?state=open")).await;
+    assert_eq!(listed.len(), created, "a refused open stored nothing");
+    // Another token has its own budget; reads are not limited.
+    app.bearer(ADMIN.secret).open(&session, &ask(&uuid(), &uuid(), "Admin?")).await;
+    for _ in 0..10 {
+        agent.get(&format!("/v1/sessions/{session}/gates")).await.expect(200);
+    }
+}
+
+#[tokio::test]
+async fn streams_are_capped_per_token() {
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.max_streams_per_token = 2).await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let open = |secret: &'static str| {
+        let req = http
+            .get(format!("{}/v1/events", app.base))
+            .header("accept", "text/event-stream")
+            .header("authorization", format!("Bearer {secret}"));
+        async move { bounded("stream", req.send()).await.expect("stream") }
+    };
+    let first = open(RESPONDER.secret).await;
+    let second = open(RESPONDER.secret).await;
+    assert_eq!((first.status().as_u16(), second.status().as_u16()), (200, 200));
+    let third = open(RESPONDER.secret).await;
+    assert_eq!(third.status(), 429);
+    assert!(third.headers().contains_key("retry-after"));
+    let body: Value = bounded("body", third.json()).await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(open(ADMIN.secret).await.status(), 200, "another token has its own streams");
+    drop(first);
+    crate::helpers::eventually("a closed stream frees its slot", async || {
+        let again = open(RESPONDER.secret).await;
+        again.status() == 200
+    })
+    .await;
+    drop(second);
+}
+
+#[tokio::test]
+async fn open_mode_needs_no_credentials_and_records_no_principal() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Open?")).await);
+    app.answer(&session, &gate, "yes").await.expect(202);
+    assert_eq!(app.view(&session, &gate).await["resolution"]["source"], json!({"kind": "user"}));
+    let resp = app.post("/v1/login", &json!({"token": "anything-at-all-0123"})).await.expect(204);
+    assert!(resp.headers.get("set-cookie").is_none(), "nothing to log into");
+    // A token sent anyway is ignored, not refused.
+    app.bearer("whatever").get("/v1/gates").await.expect(200);
+}
+
+#[test]
+fn no_secret_reaches_the_log() {
+    let (dir, db) = temp_db();
+    let tokens = tokens_file(&db);
+    let server = ServerProcess::start_with_env(
+        &db,
+        "127.0.0.1:0",
+        &["--tokens-file", tokens.to_str().unwrap()],
+        &[("RUST_LOG", "trace")],
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let cookie = runtime.block_on(async {
+        let session = uuid();
+        for who in ALL {
+            server.bearer(who.secret).get("/v1/gates").await;
+        }
+        server.bearer("a-wrong-secret-0123456789").get("/v1/gates").await.expect(401);
+        let gate = gate_id(&server.bearer(ADMIN.secret).open(&session, &ask(&uuid(), &uuid(), "Logged?")).await);
+        server.bearer(RESPONDER.secret).answer(&session, &gate, "yes").await.expect(202);
+        let (cookie, _) = login(&server, RESPONDER.secret).await;
+        server.with_header("cookie", &cookie).get("/v1/gates").await.expect(200);
+        cookie
+    });
+    // Let the last lines reach the pipe.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let log = server.log_lines().join("\n");
+    assert!(log.contains("logged in on the page"), "the log is captured: {}", &log[..log.len().min(2000)]);
+    let cookie_value = cookie.split_once('=').unwrap().1;
+    for secret in ALL.iter().map(|c| c.secret).chain(["a-wrong-secret-0123456789", cookie_value]) {
+        assert!(!log.contains(secret), "a secret reached the log");
+    }
+    server.kill();
+    drop(dir);
+}
