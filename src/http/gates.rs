@@ -154,12 +154,13 @@ async fn answer_gate(
         return Err(ApiError::Unauthorized("a signed answer must name its gate_id in the body".into()));
     }
     let record = find_in_session(&state, session_id, gate_id).await?;
-    // A signed webhook answer is the principal `webhook`, and its `webhook-id` is the key;
-    // otherwise the principal is the caller's token name (none in open mode).
-    let (key, by) = match signed_by {
-        Some(webhook_id) => (Some(webhook_id), AnsweredBy::Person { principal: Caller::Signature.principal() }),
-        None => (key, AnsweredBy::Person { principal: caller.principal() }),
+    // A signed answer's `webhook-id` is its idempotency key. The principal is the caller's token
+    // name; a signed answer without a token is `webhook`; in open mode an unsigned one has none.
+    let (key, principal) = match signed_by {
+        Some(webhook_id) => (Some(webhook_id), caller.principal().or_else(|| Caller::Signature.principal())),
+        None => (key, caller.principal()),
     };
+    let by = AnsweredBy::Person { principal };
     answer_record(&state, record, &body, key, by).await
 }
 

@@ -37,10 +37,9 @@ pub async fn guard(State(guard): State<GuardState>, mut req: Request, next: Next
 async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError> {
     let GuardState { auth, access } = guard;
     let (caller, by_cookie) = authenticate(auth, *access, req.headers())?;
-    let path = path_session(req).await;
+    let session = path_session(req).await?;
     if let Caller::Token(token) = &caller {
         if !access.permits(token.role) {
-            path?;
             return Err(ApiError::Forbidden(format!(
                 "the {} token {:?} may not use this route",
                 token.role.name(),
@@ -48,7 +47,7 @@ async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError
             )));
         }
         if token.role == Role::Agent
-            && let Some(session) = path?
+            && let Some(session) = session
             && !token.covers(&session.to_string())
         {
             let prefix = token.session_prefix.as_deref().unwrap_or_default();
@@ -80,9 +79,11 @@ async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError
             ));
         }
     }
+    // A signature is verified with the body, later: an unverified one must not spend the budget
+    // of real signed answers.
     if *req.method() == Method::POST
-        && let (Some(limiter), Some(name)) = (&auth.limiter, caller.principal())
-        && let Err(wait) = limiter.take_post(&name)
+        && let (Some(limiter), Caller::Token(token)) = (&auth.limiter, &caller)
+        && let Err(wait) = limiter.take_post(&token.name)
     {
         let retry_after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         return Err(ApiError::RateLimited { what: "this token sends too many requests", retry_after });
@@ -122,8 +123,8 @@ fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Cal
     Err(ApiError::Unauthorized("this route needs a token: `Authorization: Bearer …`, or log in on the page".into()))
 }
 
-/// Checks the ids in the path (so a malformed one is a 400 even for a caller about to be
-/// refused) and returns the session, if the route has one.
+/// Checks the ids in the path (a malformed one is a 400 before any 403) and returns the
+/// session, if the route has one.
 async fn path_session(req: &mut Request) -> Result<Option<SessionId>, ApiError> {
     let Ok(params) = req.extract_parts::<RawPathParams>().await else {
         return Ok(None);

@@ -227,10 +227,11 @@ async fn the_login_cookie_survives_a_restart_and_state_changes_need_json_and_our
             "{what}"
         );
     }
-    assert_eq!(app.view(&session, &gate).await["state"], "open", "refused requests change nothing");
+    let admin = app.bearer(ADMIN.secret);
+    assert_eq!(admin.view(&session, &gate).await["state"], "open", "refused requests change nothing");
     let headers = [("content-type", "application/json"), ("origin", origin.as_str())];
     page.send(Method::POST, &path, &headers, Some(body)).await.expect(202);
-    let view = app.bearer(ADMIN.secret).view(&session, &gate).await;
+    let view = admin.view(&session, &gate).await;
     assert_eq!(view["resolution"]["source"]["principal"], RESPONDER.name);
 
     // A forged or tampered cookie is refused.

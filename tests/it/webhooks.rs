@@ -305,6 +305,37 @@ async fn signed_answers_authenticate_as_webhook() {
     assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
 }
 
+#[tokio::test]
+async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
+    let receiver = Receiver::start(|_, _| 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "admin root signed-test-admin-0123456789\n").unwrap();
+    let app = app_for(&receiver, dir.path(), |args| args.tokens_file = Some(tokens)).await;
+    let admin = app.bearer("signed-test-admin-0123456789");
+    let session = uuid();
+    let gate = gate_id(&admin.open(&session, &ask(&uuid(), &uuid(), "Signed, with tokens?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let secret: Secret = SECRET.parse().unwrap();
+    let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
+    let now = gatehouse::domain::Timestamp::now().as_nanos() / 1_000_000_000;
+    let (ts, sig) = (now.to_string(), sign::sign(&secret, "msg_t", now, body.as_bytes()));
+    let signed = [
+        ("content-type", "application/json"),
+        ("webhook-id", "msg_t"),
+        ("webhook-timestamp", ts.as_str()),
+        ("webhook-signature", sig.as_str()),
+    ];
+    // Unsigned and uncredentialled: 401. A signature does not open any other route.
+    app.post(&path, &json!({"gate_id": gate, "action": "answer", "values": {"answer": "x"}}))
+        .await
+        .expect_error(401, "unauthorized");
+    app.send(reqwest::Method::GET, &path, &signed[1..], None).await.expect_error(401, "unauthorized");
+    app.send(reqwest::Method::POST, &path, &signed, Some(body.into_bytes())).await.expect(202);
+    let view = admin.view(&session, &gate).await;
+    assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
+}
+
 #[test]
 fn unsafe_or_unsigned_webhook_settings_refuse_to_start() {
     let dir = tempfile::tempdir().unwrap();
