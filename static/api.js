@@ -74,6 +74,19 @@ export function answerGate(view, answer, key) {
   });
 }
 
+/**
+ * Trades a token for the server's login cookie (HttpOnly: this script never sees it again, and keeps
+ * no copy of the token). 204 on success; 401 for a token the server does not know. A server without
+ * a tokens file answers 204 too, and needs no login.
+ */
+export function login(token) {
+  return request('/v1/login', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ token }),
+  });
+}
+
 /** A fresh Idempotency-Key. randomUUID exists only in secure contexts; a page served over plain
  *  HTTP on a LAN address is not one, so fall back to the same UUID v4 built by hand. */
 export function newIdempotencyKey() {

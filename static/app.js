@@ -4,8 +4,12 @@
 // DOM one gate at a time, so a card being typed into is never rebuilt under the person's cursor.
 // Journal events are applied idempotently by gate id: a snapshot followed by the journal may
 // repeat what the page already knows, and that must change nothing.
+//
+// With a tokens file on the server, any call refused with 401 (or 403 for a token that may not read
+// everything) swaps the lists for a login form; a login sets an HttpOnly cookie and starts over
+// from a snapshot. The token only passes through the form: the script keeps no copy of it.
 
-import { answerGate, getGate, listAllGates, listSomeGates, newIdempotencyKey } from './api.js';
+import { answerGate, getGate, listAllGates, listSomeGates, login, newIdempotencyKey } from './api.js';
 import { JournalFollower } from './stream.js';
 import {
   answerField,
@@ -36,6 +40,15 @@ const dom = {
   sessionFilter: document.getElementById('filter-session'),
   search: document.getElementById('filter-search'),
   announcer: document.getElementById('announcer'),
+  skipLink: document.getElementById('skip-link'),
+  inbox: document.getElementById('inbox'),
+  login: document.getElementById('login'),
+  loginForbidden: document.getElementById('login-forbidden'),
+  loginForm: document.getElementById('login-form'),
+  loginToken: document.getElementById('login-token'),
+  loginButton: document.querySelector('#login-form button[type="submit"]'),
+  loginError: document.getElementById('login-error'),
+  loginStatus: document.getElementById('login-status'),
 };
 
 /** gate id → { view, card, fieldset, input, status, errors, attempt, submitting, hadFocus } */
@@ -237,6 +250,7 @@ async function submitAnswer(id, answer) {
     if (!error.retryable) entry.attempt = null;
     setBusy(entry, false);
     showError(entry, error);
+    if (error.status === 401) needLogin(error);
   }
 }
 
@@ -276,6 +290,8 @@ function showError(entry, error) {
     fill(entry.errors, h('p', {}, 'This answer was not accepted: ', fieldError(error.fields[0]), '.'));
   } else if (error.fields.length > 1) {
     fill(entry.errors, h('p', {}, 'This answer was not accepted:'), h('ul', {}, error.fields.map((field) => h('li', {}, fieldError(field)))));
+  } else if (error.status === 401) {
+    fill(entry.errors, h('p', {}, 'This answer was not accepted: the login has expired. Log in again, then send it again.'));
   } else if (error.retryable) {
     fill(entry.errors, h('p', {}, `Your answer may not have arrived (${error.message}). Send it again: it will not be counted twice.`));
   } else {
@@ -317,7 +333,10 @@ function gateLeftOpen(id, resolvedMembers) {
           updateCounts();
         }
       })
-      .catch((error) => console.warn('gatehouse: could not read gate', id, error));
+      .catch((error) => {
+        if (error.status === 401) needLogin(error);
+        else console.warn('gatehouse: could not read gate', id, error);
+      });
   }
   updateCounts();
 }
@@ -439,9 +458,11 @@ function announce(text) {
  * still open keep their element (and anything typed into them). Returns the journal seq to
  * follow from.
  */
-async function snapshot() {
+async function snapshot(isCurrent) {
   const { gates: open, journalSeq } = await listAllGates('open');
   const recent = await listSomeGates('resolved,closed', RECENT_LIMIT);
+  // A snapshot begun before a stop (say, a login meanwhile) must not overwrite a newer one.
+  if (!isCurrent()) return null;
   generation += 1;
 
   for (const { item } of resolvedGates.values()) item.remove();
@@ -455,6 +476,7 @@ async function snapshot() {
   for (const view of stillOpen) addOpen(view);
 
   snapshotDone = true;
+  loggedInJustNow = false; // the login worked: its cookie came back
   updateCounts();
   return journalSeq;
 }
@@ -472,6 +494,7 @@ function applyEvent(event, seq) {
 }
 
 const CONNECTION_WORDS = {
+  login: () => 'Not logged in',
   loading: () => 'Loading…',
   connecting: () => 'Connecting…',
   live: () => 'Live',
@@ -483,7 +506,95 @@ function showConnection(state, detail = {}) {
   dom.connection.textContent = CONNECTION_WORDS[state](detail);
 }
 
+// ---- logging in -------------------------------------------------------------------------------------
+
+/** Set by a login the server accepted, until a snapshot shows its cookie works. */
+let loggedInJustNow = false;
+
+/**
+ * Shows the login form instead of the lists: the server refused our credentials (401), or the token
+ * logged in with may not read everything (403). The lists stay in memory (and any typed answer in
+ * them) for when a login brings them back.
+ */
+function needLogin(error) {
+  follower.stop();
+  const forbidden = error.status === 403;
+  let problem = null;
+  if (forbidden) {
+    problem = `This token may not use this page (${error.message}). Log in with a responder or admin token instead.`;
+  } else if (loggedInJustNow) {
+    problem = 'The token was accepted, but the browser did not send the login cookie back: are cookies blocked for this site?';
+  }
+  loggedInJustNow = false;
+  dom.loginForbidden.textContent = problem ?? '';
+  dom.loginForbidden.hidden = problem === null;
+  dom.login.hidden = false;
+  dom.inbox.hidden = true;
+  dom.skipLink.href = '#login-heading';
+  dom.skipLink.textContent = 'Skip to log in';
+  showConnection('login');
+  document.title = 'Log in · gatehouse';
+  // The lists the focus may have been in are gone: the token field is where to go on.
+  if (!dom.login.contains(document.activeElement)) dom.loginToken.focus();
+}
+
+function showInbox() {
+  dom.login.hidden = true;
+  dom.loginForbidden.hidden = true;
+  dom.inbox.hidden = false;
+  dom.skipLink.href = '#open-heading';
+  dom.skipLink.textContent = 'Skip to open questions';
+  updateCounts(); // the title again
+}
+
+function showLoginError(text) {
+  dom.loginError.textContent = text;
+  dom.loginError.hidden = false;
+  dom.loginToken.setAttribute('aria-invalid', 'true');
+  dom.loginToken.focus();
+  dom.loginToken.select();
+}
+
+function setLoginBusy(busy) {
+  dom.loginToken.disabled = busy;
+  dom.loginButton.disabled = busy;
+  dom.loginStatus.textContent = busy ? 'Logging in…' : '';
+}
+
+async function submitLogin(event) {
+  event.preventDefault();
+  if (dom.loginButton.disabled) return;
+  // Tokens have no spaces (the tokens file splits on them); a paste may bring some along.
+  const token = dom.loginToken.value.trim();
+  dom.loginError.hidden = true;
+  dom.loginToken.removeAttribute('aria-invalid');
+  if (!token) {
+    showLoginError('Enter a token first.');
+    return;
+  }
+  setLoginBusy(true);
+  try {
+    await login(token);
+  } catch (error) {
+    setLoginBusy(false);
+    if (error.status === 401) showLoginError('This token is not valid. Check it and try again.');
+    else if (error.status === 0) showLoginError('Could not reach gatehouse. Try again.');
+    else showLoginError(`The login failed: ${error.message}.`);
+    return;
+  }
+  // The cookie holds the login now; the form keeps no copy of the token.
+  dom.loginToken.value = '';
+  setLoginBusy(false);
+  loggedInJustNow = true;
+  showInbox();
+  dom.openHeading.focus(); // the form that had the focus is gone
+  announce('Logged in.');
+  follower.start();
+}
+
+dom.loginForm.addEventListener('submit', submitLogin);
 dom.sessionFilter.addEventListener('change', applyFilters);
 dom.search.addEventListener('input', applyFilters);
 setInterval(refreshTimes, 15000);
-new JournalFollower({ snapshot, onEvent: applyEvent, onState: showConnection }).run();
+const follower = new JournalFollower({ snapshot, onEvent: applyEvent, onState: showConnection, onDenied: needLogin });
+follower.start();

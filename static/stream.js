@@ -3,6 +3,10 @@
 // fetch rather than EventSource because the page must own reconnection: EventSource retries on its
 // own schedule, hides HTTP statuses and cannot be told to re-snapshot. Here every reconnect resumes
 // from the last event the page applied, with backoff, and `event: reset` starts over from a snapshot.
+// A refusal (401: no or stale login; 403: this token may not read everything) cannot get better by
+// retrying: the follower stops and says so, and starts again when told to (after a login).
+
+import { ApiError } from './api.js';
 
 const FIRST_RETRY_MS = 250;
 const MAX_RETRY_MS = 8000;
@@ -10,36 +14,73 @@ const MAX_RETRY_MS = 8000;
 // that the network did not report (a sleeping laptop, a dropped Wi-Fi).
 const SILENCE_LIMIT_MS = 45000;
 
+/** Whether an error is the server refusing these credentials, rather than a passing failure. */
+function isDenied(error) {
+  return error instanceof ApiError && (error.status === 401 || error.status === 403);
+}
+
 /**
- * Calls `snapshot()` (which loads the listings and returns their `journal_seq`), then streams the
- * journal from there, calling `onEvent(event, seq)` once per event in order. `onState(state, detail)`
- * reports `loading` | `connecting` | `live` | `offline` (with `detail.retryInMs`).
+ * `start()` calls `snapshot(isCurrent)` (which loads the listings and returns their `journal_seq`;
+ * it must apply nothing once `isCurrent()` is false), then streams the journal from there, calling
+ * `onEvent(event, seq)` once per event in order. `onState(state, detail)` reports `loading` |
+ * `connecting` | `live` | `offline` (with `detail.retryInMs`). When the snapshot or the stream is
+ * refused (401, 403: see isDenied) the follower stops and calls `onDenied(error)`.
  */
 export class JournalFollower {
-  constructor({ snapshot, onEvent, onState }) {
+  constructor({ snapshot, onEvent, onState, onDenied }) {
     this.snapshot = snapshot;
     this.onEvent = onEvent;
     this.onState = onState;
+    this.onDenied = onDenied;
     this.cursor = null; // the seq of the last applied event; null: a snapshot is needed first
     this.failures = 0;
     this.wakeUp = null;
+    this.stream = null; // the AbortController of the stream being read
+    // Each start() begins a new run; a run whose number is no longer current ends at its next step.
+    this.runs = 0;
     // A network that comes back is worth trying at once instead of waiting out the backoff.
     window.addEventListener('online', () => this.wakeUp?.());
   }
 
-  async run() {
-    for (;;) {
+  /** Follows from a fresh snapshot; a run still going is stopped first. */
+  start() {
+    this.stop();
+    this.cursor = null;
+    this.failures = 0;
+    this.run(this.runs);
+  }
+
+  /** Stops following: closes the stream, and no reconnect follows. */
+  stop() {
+    this.runs += 1;
+    this.stream?.abort();
+    this.wakeUp?.();
+  }
+
+  async run(run) {
+    const current = () => run === this.runs;
+    while (current()) {
       this.resetAsked = false;
       try {
         if (this.cursor === null) {
           this.onState('loading');
-          this.cursor = await this.snapshot();
+          const seq = await this.snapshot(current);
+          if (!current()) return;
+          this.cursor = seq;
         }
         this.onState('connecting');
-        await this.follow();
+        await this.follow(current);
       } catch (error) {
+        if (!current()) return;
+        if (isDenied(error)) {
+          // Retrying would only be refused again, as often as the backoff allows: stop here.
+          this.stop();
+          this.onDenied(error);
+          return;
+        }
         console.warn('gatehouse: journal stream interrupted:', error);
       }
+      if (!current()) return;
       // After a reset the snapshot is due at once; anything else waits, longer after each failure.
       if (!this.resetAsked) await this.pause(this.nextDelay());
     }
@@ -54,21 +95,24 @@ export class JournalFollower {
 
   pause(ms) {
     this.onState('offline', { retryInMs: ms });
+    let done;
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
+      const timer = setTimeout(() => done(), ms);
+      done = () => {
         clearTimeout(timer);
         resolve();
-      }
+      };
       this.wakeUp = done;
     }).finally(() => {
-      this.wakeUp = null;
+      // Only our own: a newer run may have started pausing meanwhile.
+      if (this.wakeUp === done) this.wakeUp = null;
     });
   }
 
   /** Reads one stream until it ends, fails, goes silent or asks for a reset. */
-  async follow() {
+  async follow(current) {
     const abort = new AbortController();
+    this.stream = abort;
     let heardAt = Date.now();
     // Also bounds a connect that never gets an answer, not only a stream that stops talking.
     const watchdog = setInterval(() => {
@@ -83,13 +127,15 @@ export class JournalFollower {
       if (!response.ok || !response.body) {
         // A cursor the server rejects cannot get better by retrying it: start over from a snapshot.
         if (response.status === 400) this.cursor = null;
-        throw new Error(`the event stream answered ${response.status}`);
+        const body = await response.json().catch(() => null);
+        throw new ApiError(response.status, body?.error ?? { message: `the event stream answered ${response.status}` });
       }
+      if (!current()) return;
       this.failures = 0;
       this.onState('live');
       const parser = new SseParser((frame) => this.dispatch(frame));
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      while (this.cursor !== null) {
+      while (this.cursor !== null && current()) {
         const { value, done } = await reader.read();
         if (done) return;
         heardAt = Date.now();
@@ -98,6 +144,7 @@ export class JournalFollower {
     } finally {
       clearInterval(watchdog);
       abort.abort(); // also closes the connection after a reset
+      if (this.stream === abort) this.stream = null;
     }
   }
 

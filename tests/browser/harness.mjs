@@ -1,12 +1,13 @@
 // What the browser tests share: where gatehouse and Chromium are, the bounds every wait obeys, a
-// headless Chromium, gatehouse servers on temporary databases, the JSON API as an agent (or curl)
-// calls it, and one test's world (its directory, servers and pages, all cleaned up after it).
+// headless Chromium, gatehouse servers on temporary databases (open, or with a tokens file), the JSON
+// API as an agent (or curl) calls it, with or without a bearer token, and one test's world (its
+// directory, servers and pages, all cleaned up after it).
 // Not a test file itself: `node --test` only runs the `*.test.mjs` files that import it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -139,11 +140,56 @@ export async function stopServer(server, signal = 'SIGTERM') {
   clearTimeout(timer);
 }
 
+// ---- tokens ------------------------------------------------------------------------------------------
+
+/**
+ * @typedef {object} Token One line of a tokens file.
+ * @property {'agent' | 'responder' | 'admin'} role
+ * @property {string} name its principal, recorded with what it answers
+ * @property {string} secret what it presents (`Authorization: Bearer …`, or typed into the page)
+ * @property {string} [prefix] an agent token's session prefix
+ */
+
+/**
+ * A token with a fresh random secret (32 characters; the server wants at least 16).
+ * @param {Token['role']} role
+ * @param {string} name
+ * @param {string} [prefix]
+ * @returns {Token}
+ */
+export function newToken(role, name, prefix) {
+  return { role, name, secret: `${role}-${randomBytes(24).toString('base64url')}`, prefix };
+}
+
+/**
+ * Writes a tokens file (`ROLE NAME SECRET [SESSION_PREFIX]` lines) for `serve --tokens-file`.
+ * @param {string} file where
+ * @param {Token[]} tokens
+ * @returns {Promise<string[]>} the `serve` options that use it
+ */
+export async function writeTokensFile(file, tokens) {
+  const lines = tokens.map(({ role, name, secret, prefix }) => [role, name, secret, prefix].filter(Boolean).join(' '));
+  await writeFile(file, `# written by the browser tests\n${lines.join('\n')}\n`, { mode: 0o600 });
+  return ['--tokens-file', file];
+}
+
+/**
+ * The server as a client holding `token` sees it: pass it wherever a Server goes to the API
+ * ({@link api}, {@link openGate}, {@link answerViaApi}, {@link readGate}) and every request carries
+ * `Authorization: Bearer <secret>`.
+ * @param {Server} server
+ * @param {Token} token
+ * @returns {{ url: string, token: Token }}
+ */
+export function withToken(server, token) {
+  return { url: server.url, token };
+}
+
 // ---- the API, as an agent calls it -----------------------------------------------------------------
 
 /**
- * One JSON request to the server.
- * @param {Server} server
+ * One JSON request to the server; with a bearer token when `server` came from {@link withToken}.
+ * @param {Server | { url: string, token?: Token }} server
  * @param {string} method
  * @param {string} route e.g. `/v1/gates/…`
  * @param {unknown} [body] sent as JSON when given
@@ -153,7 +199,11 @@ export async function stopServer(server, signal = 'SIGTERM') {
 export async function api(server, method, route, body, headers = {}) {
   const response = await fetch(server.url + route, {
     method,
-    headers: { 'Content-Type': 'application/json', ...headers },
+    headers: {
+      'Content-Type': 'application/json',
+      ...(server.token ? { Authorization: `Bearer ${server.token.secret}` } : {}),
+      ...headers,
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await response.text();
@@ -241,6 +291,8 @@ export async function waitForText(locator, expected, { minReadTimeout = 1 } = {}
  * @property {(cleanup: () => Promise<unknown>) => void} onCleanup
  *   runs `cleanup` after the test, once its pages are closed and its servers killed
  * @property {() => void} assertNoProblems asserts that no page threw, broke the CSP or opened a dialog
+ * @property {(secrets: string[]) => void} assertNotLogged asserts that none of `secrets` is in what
+ *   any of its servers (running or stopped) wrote to stderr
  */
 
 /**
@@ -291,6 +343,12 @@ export async function createWorld(t, browser, prefix) {
     },
     assertNoProblems() {
       for (const page of pages) assert.deepEqual(page.problems, [], 'problems on the page');
+    },
+    assertNotLogged(secrets) {
+      assert.ok(servers.length > 0 && servers.every((server) => server.log.length > 0), 'every server logged something');
+      for (const server of servers) {
+        for (const secret of secrets) assert.ok(!server.log.includes(secret), `a secret is in the log of the server at ${server.url}`);
+      }
     },
   };
 }
