@@ -402,3 +402,28 @@ fn no_secret_reaches_the_log() {
     server.kill();
     drop(dir);
 }
+
+#[tokio::test]
+async fn cors_answers_only_the_listed_origins() {
+    let listed = "http://ops.example:8443";
+    let app = TestApp::spawn_with(|args| args.cors_origins = vec![listed.to_owned()]).await;
+    let closed = TestApp::spawn().await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let preflight = async |base: &str, origin: &str| {
+        let req = http
+            .request(Method::OPTIONS, format!("{base}/v1/gates"))
+            .header("origin", origin)
+            .header("access-control-request-method", "GET")
+            .header("access-control-request-headers", "authorization");
+        let resp = bounded("preflight", req.send()).await.unwrap();
+        let allowed = resp.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap().to_owned());
+        let credentials = resp.headers().get("access-control-allow-credentials").is_some();
+        (allowed, credentials)
+    };
+    assert_eq!(preflight(&app.base, listed).await, (Some(listed.to_owned()), true));
+    assert_eq!(preflight(&app.base, "http://evil.example").await.0, None);
+    assert_eq!(preflight(&closed.base, listed).await.0, None, "no --cors-origin, no CORS");
+    // A simple GET from the listed origin is allowed to read the answer; never a wildcard.
+    let resp = app.send(Method::GET, "/v1/gates", &[("origin", listed)], None).await.expect(200);
+    assert_eq!(resp.headers["access-control-allow-origin"], listed);
+}
