@@ -13,6 +13,7 @@ mod gates;
 mod helpers;
 mod hostile;
 mod inbox;
+mod kill;
 mod readme;
 mod streams;
 mod timeouts;

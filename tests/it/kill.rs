@@ -1,0 +1,412 @@
+//! The kill test (issue 10), Jepsen-style: agents open gates, wait and ack their inboxes;
+//! answerers race on the same gates, some retrying with an `Idempotency-Key`; meanwhile the real
+//! binary is SIGKILLed at random moments and restarted. Every request is recorded with its
+//! outcome — ok, refused, not sent, or unknown when the connection died mid-request — and a
+//! checker then proves from the history and the server's final state that no acknowledged answer
+//! was lost or doubled.
+//!
+//! `GATEHOUSE_KILLS=1000 cargo nextest run kill::` runs it with more kills (20 by default);
+//! `GATEHOUSE_KILL_SEED=N` replays a schedule.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Client, EventStream, ServerProcess, bounded, temp_db, uuid};
+
+const AGENTS: usize = 4;
+const ANSWERERS: usize = 6;
+/// Answerers pick among the newest gates, so they race on the same ones.
+const RACE_WINDOW: usize = 4;
+
+/// A small deterministic generator (xorshift64*), so a failing schedule can be replayed.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn fork(&mut self) -> Self {
+        Self(self.next() | 1)
+    }
+}
+
+/// What became of one request.
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    /// A 2xx, with its body.
+    Ok(u16, Value),
+    /// A definite refusal: a non-2xx response, with its body.
+    Refused(u16, Value),
+    /// The connection was never made: nothing was sent.
+    NotSent,
+    /// The request may or may not have reached the server.
+    Unknown,
+}
+
+impl Outcome {
+    fn applied_for_sure(&self) -> bool {
+        matches!(self, Self::Ok(..))
+    }
+
+    fn definite_failure(&self) -> bool {
+        matches!(self, Self::Refused(..) | Self::NotSent)
+    }
+}
+
+/// One answer attempt.
+#[derive(Debug, Clone)]
+struct AnswerOp {
+    gate: String,
+    value: String,
+    keyed: bool,
+    outcome: Outcome,
+}
+
+#[derive(Default, Clone)]
+struct History {
+    opens: Vec<(String, String, Outcome)>,
+    answers: Vec<AnswerOp>,
+    acks: Vec<(String, Outcome)>,
+    /// (session, gate id) of every gate whose open was acknowledged, newest last.
+    open_gates: Vec<(String, String)>,
+}
+
+/// Sends one request and classifies what happened.
+async fn send(http: &reqwest::Client, req: reqwest::RequestBuilder) -> Outcome {
+    let req = req.build().expect("a valid request");
+    let resp = match http.execute(req).await {
+        Ok(resp) => resp,
+        Err(e) if e.is_connect() => return Outcome::NotSent,
+        Err(_) => return Outcome::Unknown,
+    };
+    let status = resp.status().as_u16();
+    let Ok(bytes) = resp.bytes().await else { return Outcome::Unknown };
+    let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+    if (200..300).contains(&status) { Outcome::Ok(status, body) } else { Outcome::Refused(status, body) }
+}
+
+/// Pause after a failure, so a dead server is not hammered.
+async fn backoff(outcome: &Outcome) {
+    if !matches!(outcome, Outcome::Ok(..)) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An agent loop: open a gate (re-asking after an unclear outcome), then read and ack its
+/// inbox with a short long-poll.
+async fn agent(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>) {
+    let http = worker_client();
+    let (session, loop_id) = (uuid(), uuid());
+    while !stop.load(Ordering::Relaxed) {
+        let tool = uuid();
+        let body = json!({"loop_id": loop_id, "tool_execution_id": tool, "question": format!("Kill test {tool}?")});
+        // Re-asking with the same tool execution id is idempotent: it finds the same gate.
+        for _ in 0..50 {
+            let req = http.post(format!("{base}/v1/sessions/{session}/gates")).json(&body);
+            let outcome = send(&http, req).await;
+            let opened = {
+                let mut h = history.lock().unwrap();
+                h.opens.push((session.clone(), tool.clone(), outcome.clone()));
+                if let Outcome::Ok(_, view) = &outcome {
+                    let gate = view["gate"]["id"].as_str().expect("gate id").to_owned();
+                    h.open_gates.push((session.clone(), gate));
+                }
+                matches!(outcome, Outcome::Ok(..))
+            };
+            if opened {
+                break;
+            }
+            backoff(&outcome).await;
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        let inbox = format!("{base}/v1/sessions/{session}/loops/{loop_id}/commands?wait=1");
+        let outcome = send(&http, http.get(inbox)).await;
+        if let Outcome::Ok(_, page) = &outcome {
+            for command in page["commands"].as_array().into_iter().flatten() {
+                let id = command["command"]["command_id"].as_str().expect("command id").to_owned();
+                let ack = format!("{base}/v1/sessions/{session}/loops/{loop_id}/commands/{id}/ack");
+                let outcome = send(&http, http.post(ack)).await;
+                history.lock().unwrap().acks.push((id, outcome));
+            }
+        }
+        backoff(&outcome).await;
+    }
+}
+
+/// An answerer: picks one of the newest gates and answers it with a value no one else uses;
+/// keyed answers are retried with the same key and value while their outcome is unknown.
+async fn answerer(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>, mut rng: Rng) {
+    let http = worker_client();
+    while !stop.load(Ordering::Relaxed) {
+        let target = {
+            let h = history.lock().unwrap();
+            let newest = &h.open_gates[h.open_gates.len().saturating_sub(RACE_WINDOW)..];
+            (!newest.is_empty()).then(|| newest[rng.below(newest.len() as u64) as usize].clone())
+        };
+        let Some((session, gate)) = target else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let value = format!("answer-{}", uuid());
+        let key = (rng.below(2) == 0).then(uuid);
+        let body = json!({"action": "answer", "values": {"answer": value}});
+        for _ in 0..50 {
+            let mut req = http.post(format!("{base}/v1/sessions/{session}/gates/{gate}")).json(&body);
+            if let Some(key) = &key {
+                req = req.header("idempotency-key", key);
+            }
+            let outcome = send(&http, req).await;
+            let unclear = matches!(outcome, Outcome::Unknown | Outcome::NotSent);
+            history.lock().unwrap().answers.push(AnswerOp {
+                gate: gate.clone(),
+                value: value.clone(),
+                keyed: key.is_some(),
+                outcome: outcome.clone(),
+            });
+            backoff(&outcome).await;
+            if !(unclear && key.is_some()) || stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+    }
+}
+
+fn worker_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client")
+}
+
+/// Every journal event, page by page.
+async fn journal_events(client: &Client) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut from = 0;
+    loop {
+        let page = client.get(&format!("/v1/journal?limit=1000&from_journal_seq={from}")).await.expect(200).json();
+        events.extend(page["events"].as_array().expect("events").iter().cloned());
+        if page["done"] == true {
+            return events;
+        }
+        from = page["next_journal_seq"].as_i64().expect("next seq");
+    }
+}
+
+/// A loop's whole inbox, acked commands included, page by page.
+async fn whole_inbox(client: &Client, session: &str, loop_id: &str) -> Vec<Value> {
+    let mut commands = Vec::new();
+    let mut after = 0;
+    loop {
+        let path =
+            format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true&limit=1000&after={after}");
+        let page = client.get(&path).await.expect(200).json();
+        let got = page["commands"].as_array().expect("commands").clone();
+        if got.is_empty() {
+            return commands;
+        }
+        after = page["next_after"].as_i64().expect("cursor");
+        commands.extend(got);
+    }
+}
+
+#[test]
+fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
+    let kills: usize = std::env::var("GATEHOUSE_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let seed: u64 = std::env::var("GATEHOUSE_KILL_SEED").ok().and_then(|n| n.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    eprintln!("kill test: {kills} kills, GATEHOUSE_KILL_SEED={seed}");
+    let mut rng = Rng(seed);
+    let (dir, db) = temp_db();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+
+    let mut server = ServerProcess::start(&db);
+    let base = server.client.base.clone();
+    let addr = base.trim_start_matches("http://").to_owned();
+    let history = Arc::new(Mutex::new(History::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..AGENTS {
+        workers.push(runtime.spawn(agent(base.clone(), stop.clone(), history.clone())));
+    }
+    for _ in 0..ANSWERERS {
+        workers.push(runtime.spawn(answerer(base.clone(), stop.clone(), history.clone(), rng.fork())));
+    }
+
+    // The killer: load for a random while, SIGKILL, restart on the same address.
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
+        server.kill();
+        server = ServerProcess::start_on(&db, &addr);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    runtime.block_on(async {
+        for worker in workers {
+            bounded("a worker stops", worker).await.expect("worker");
+        }
+    });
+
+    let history = std::mem::take(&mut *history.lock().unwrap());
+    let figures = runtime.block_on(check(&server.client, &history));
+    // The checker can fail: an acknowledged answer that is nowhere is caught.
+    let mut forged = history.clone();
+    let gate = history.open_gates[0].1.clone();
+    forged.answers.push(AnswerOp {
+        gate,
+        value: "never-given".into(),
+        keyed: false,
+        outcome: Outcome::Ok(202, Value::Null),
+    });
+    let client = server.client.clone();
+    let caught = runtime.block_on(runtime.spawn(async move { check(&client, &forged).await }));
+    assert!(caught.is_err_and(|e| e.is_panic()), "the checker must catch a lost answer");
+    // A last SIGKILL, then SQLite's own verdict on the file.
+    server.kill();
+    let conn = rusqlite::Connection::open(&db).expect("open the database");
+    let verdict: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity_check");
+    assert_eq!(verdict, "ok", "PRAGMA integrity_check");
+    eprintln!("kill test: {kills} kills; {figures}; integrity_check ok");
+    drop(dir);
+}
+
+/// The checker: the history against the server's final state. Returns the figures.
+async fn check(client: &Client, history: &History) -> String {
+    let events = journal_events(client).await;
+    // The journal is strictly increasing, and an SSE replay from 0 reproduces it.
+    let seqs: Vec<i64> = events.iter().map(|e| e["journal_seq"].as_i64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "journal seqs strictly increase");
+    let head = *seqs.last().expect("a journal");
+    let mut stream = EventStream::connect(client, "/v1/events?after=0", &[]).await;
+    let replay = stream.enduring_until(head).await;
+    assert_eq!(replay.len(), events.len(), "the replay has every event");
+    for ((seq, event), stored) in replay.iter().zip(&events) {
+        assert_eq!((*seq, event), (stored["journal_seq"].as_i64().unwrap(), &stored["event"]), "replay = journal");
+    }
+
+    // Gates, their resolutions and the commands in their loops' inboxes.
+    let mut resolutions: HashMap<String, usize> = HashMap::new();
+    let mut gate_loop: HashMap<String, (String, String, String)> = HashMap::new();
+    for e in &events {
+        let event = &e["event"];
+        match event["type"].as_str() {
+            Some("GateOpened") => {
+                let at = (
+                    event["session_id"].as_str().unwrap().to_owned(),
+                    event["loop_id"].as_str().unwrap().to_owned(),
+                    event["gate"]["subject"]["tool_execution_id"].as_str().unwrap().to_owned(),
+                );
+                gate_loop.insert(event["gate"]["id"].as_str().unwrap().to_owned(), at);
+            }
+            Some("GateResolved") => *resolutions.entry(event["gate_id"].as_str().unwrap().to_owned()).or_default() += 1,
+            _ => {}
+        }
+    }
+    let doubled = resolutions.values().filter(|n| **n > 1).count();
+    assert_eq!(doubled, 0, "a gate resolved twice");
+    let loops: HashSet<(String, String)> = gate_loop.values().map(|(s, l, _)| (s.clone(), l.clone())).collect();
+    let mut commands: HashMap<String, Vec<Value>> = HashMap::new();
+    for (session, loop_id) in &loops {
+        for entry in whole_inbox(client, session, loop_id).await {
+            let command = entry["command"].clone();
+            assert_eq!(
+                (command["session_id"].as_str(), command["loop_id"].as_str()),
+                (Some(session.as_str()), Some(loop_id.as_str()))
+            );
+            let gate = command["gate_id"].as_str().unwrap().to_owned();
+            commands.entry(gate).or_default().push(entry);
+        }
+    }
+    // Exactly one command per resolution, in the gate's own loop, for its tool execution.
+    let mut answers: HashMap<String, String> = HashMap::new();
+    for (gate, (_, _, tool)) in &gate_loop {
+        let got = commands.get(gate).map_or(0, Vec::len);
+        assert_eq!(got, resolutions.get(gate).copied().unwrap_or(0), "gate {gate}: commands ≠ resolutions");
+        if let Some(entry) = commands.get(gate).and_then(|c| c.first()) {
+            assert_eq!(entry["command"]["tool_execution_id"].as_str(), Some(tool.as_str()));
+            answers.insert(gate.clone(), entry["command"]["answer"].as_str().unwrap().to_owned());
+        }
+    }
+
+    // Every acknowledged open survived.
+    let acked_opens = history.opens.iter().filter(|(_, _, o)| o.applied_for_sure()).count();
+    let mut lost = 0;
+    for (_, gate) in &history.open_gates {
+        if !gate_loop.contains_key(gate) {
+            lost += 1;
+        }
+    }
+    // Answers: every 202 is the one resolution of its gate; a value whose every attempt failed
+    // for sure, or whose keyed retry ended refused, is nobody's answer.
+    let mut by_value: BTreeMap<&str, Vec<&AnswerOp>> = BTreeMap::new();
+    for op in &history.answers {
+        by_value.entry(&op.value).or_default().push(op);
+    }
+    let applied_values: HashSet<&str> = answers.values().map(String::as_str).collect();
+    let (mut accepted, mut unknown, mut conflicts, mut phantom) = (0, 0, 0, 0);
+    for (value, attempts) in &by_value {
+        let gate = &attempts[0].gate;
+        let ok = attempts.iter().any(|a| a.outcome.applied_for_sure());
+        let last = &attempts.last().unwrap().outcome;
+        let never = attempts.iter().all(|a| a.outcome.definite_failure())
+            || (attempts[0].keyed && matches!(last, Outcome::Refused(..)));
+        if ok {
+            accepted += 1;
+            if answers.get(gate).map(String::as_str) != Some(*value) {
+                lost += 1;
+            }
+        } else if never {
+            if applied_values.contains(value) {
+                phantom += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+        conflicts += attempts.iter().filter(|a| matches!(a.outcome, Outcome::Refused(409, _))).count();
+    }
+    // Acks that were acknowledged stay acked.
+    let acked: HashSet<&str> = commands
+        .values()
+        .flatten()
+        .filter(|e| e["acked_at"].is_string())
+        .filter_map(|e| e["command"]["command_id"].as_str())
+        .collect();
+    let acks_ok = history.acks.iter().filter(|(_, o)| o.applied_for_sure()).collect::<Vec<_>>();
+    let lost_acks = acks_ok.iter().filter(|(id, _)| !acked.contains(id.as_str())).count();
+    assert_eq!((lost, phantom, lost_acks), (0, 0, 0), "lost answers or opens, phantom answers, lost acks");
+    let unknown_requests = history
+        .opens
+        .iter()
+        .map(|(_, _, o)| o)
+        .chain(history.answers.iter().map(|a| &a.outcome))
+        .chain(history.acks.iter().map(|(_, o)| o))
+        .filter(|o| **o == Outcome::Unknown)
+        .count();
+    format!(
+        "{} gates opened ({acked_opens} acknowledged), {} answer requests for {} answers: {accepted} accepted, \
+         {conflicts} lost races (409), {unknown} of unknown outcome; {} resolutions; {} acks acknowledged; \
+         {unknown_requests} requests of unknown outcome; lost = 0, doubled = 0",
+        gate_loop.len(),
+        history.answers.len(),
+        by_value.len(),
+        resolutions.len(),
+        acks_ok.len()
+    )
+}
