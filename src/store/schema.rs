@@ -105,8 +105,9 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, Op
     let conn = Connection::open_with_flags(path, flags).map_err(|e| describe(path, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(2)).map_err(|e| describe(path, e))?;
     recognise(&conn).map_err(|e| describe(path, e))??;
-    // Refuse a newer schema before changing anything in the file.
+    // Refuse a newer schema or a damaged file before changing anything in it.
     check_version(&conn).map_err(|e| describe(path, e))??;
+    check_structure(&conn, path).map_err(|e| describe(path, e))??;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(|e| describe(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(OpenError::Database(format!("{}: could not switch to WAL (got {mode})", path.display())));
@@ -155,6 +156,20 @@ fn check_version(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
     })
 }
 
+/// `PRAGMA quick_check`: a truncated or damaged file is refused at start, in words, rather than
+/// failing one request at a time later. It reads the whole file once (about a second per GB).
+fn check_structure(conn: &Connection, path: &Path) -> rusqlite::Result<Result<(), OpenError>> {
+    let verdict: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    Ok(if verdict == "ok" {
+        Ok(())
+    } else {
+        Err(OpenError::Database(format!(
+            "{} is damaged (SQLite quick_check: {verdict}); restore it from a backup",
+            path.display()
+        )))
+    })
+}
+
 fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     for (from, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
@@ -193,7 +208,9 @@ fn describe(path: &Path, e: rusqlite::Error) -> OpenError {
             "is not a SQLite database (garbage, truncated or encrypted file)".to_owned()
         }
         Some(rusqlite::ErrorCode::CannotOpen) => "cannot be opened (missing directory or no permission)".to_owned(),
-        Some(rusqlite::ErrorCode::DatabaseCorrupt) => "is corrupt".to_owned(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+            "is corrupt (damaged or truncated); restore it from a backup".to_owned()
+        }
         Some(rusqlite::ErrorCode::ReadOnly) => "is read-only".to_owned(),
         _ => match &e {
             rusqlite::Error::SqliteFailure(f, _) if f.extended_code == ffi::SQLITE_IOERR_SHORT_READ => {

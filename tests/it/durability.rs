@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, ask, bounded, gate_id, temp_db, uuid};
+use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, TestApp, ask, bounded, gate_id, temp_db, uuid};
 
 #[tokio::test]
 async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
@@ -169,4 +169,80 @@ fn unusable_database_files_give_clear_errors() {
     assert_eq!(code, Some(1), "usage errors exit 1: {stderr}");
     let (code, _) = ServerProcess::run_to_exit(&[OsStr::new("serve"), OsStr::new("--help")]);
     assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn a_forced_second_writer_cannot_break_exactly_once() {
+    let (dir, db) = temp_db();
+    let app = TestApp::start(&db, |_| {}).await;
+    let (session, loop_id) = (uuid(), uuid());
+    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Guarded?")).await);
+    app.answer(&session, &gate, "first").await.expect(202);
+
+    // A second connection, past the server's lock file, writes as it likes.
+    let intruder = rusqlite::Connection::open(&db).unwrap();
+    intruder.busy_timeout(Duration::from_secs(5)).unwrap();
+    let second_resolution = intruder.execute(
+        "INSERT INTO journal (session_id, gate_id, type, event) VALUES (?1, ?2, 'GateResolved', '{}')",
+        [&session, &gate],
+    );
+    assert!(second_resolution.unwrap_err().to_string().contains("UNIQUE"), "one resolution per gate");
+    let second_command = intruder.execute(
+        "INSERT INTO inbox (session_id, loop_id, command_id, gate_id, command) VALUES (?1, ?2, ?3, ?4, '{}')",
+        [&session, &loop_id, &uuid(), &gate],
+    );
+    assert!(second_command.unwrap_err().to_string().contains("UNIQUE"), "one command per gate");
+
+    // Even with the gate forced open again, a second answer cannot resolve it twice.
+    intruder
+        .execute("UPDATE gates SET state = 'open', resolved_seq = NULL, answer = NULL WHERE gate_id = ?1", [&gate])
+        .unwrap();
+    // The guards refuse the second claim's journal row: the server reports an internal error (the
+    // file was tampered with), outside the contract, so this request bypasses its checks.
+    let url = format!("{}/v1/sessions/{session}/gates/{gate}", app.base);
+    let resp = reqwest::Client::new().post(url).json(&crate::helpers::answer("second")).send().await.unwrap();
+    assert_eq!(resp.status(), 500, "a second answer must not be accepted");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "internal", "no internal cause leaks: {body}");
+    let resolutions = app.journal().await.iter().filter(|e| e["event"]["type"] == "GateResolved").count();
+    assert_eq!(resolutions, 1);
+    let inbox = app.inbox(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0]["command"]["answer"], "first");
+    app.get("/healthz").await.expect(200);
+    drop(intruder);
+    drop(app.stop().await);
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_truncated_database_gives_a_clear_error_at_start() {
+    let (dir, db) = temp_db();
+    let app = TestApp::start(&db, |_| {}).await;
+    for _ in 0..50 {
+        app.open(&uuid(), &ask(&uuid(), &uuid(), &"q".repeat(2000))).await;
+    }
+    drop(app.stop().await);
+    let full = std::fs::read(&db).unwrap();
+    for keep in [full.len() / 2, full.len() - 4096, 4096, 100] {
+        let cut = db.with_file_name(format!("cut-{keep}.db"));
+        std::fs::write(&cut, &full[..keep]).unwrap();
+        let (code, stderr) = ServerProcess::run_to_exit(&[
+            OsStr::new("serve"),
+            OsStr::new("--bind"),
+            OsStr::new("127.0.0.1:0"),
+            OsStr::new("--db"),
+            cut.as_os_str(),
+        ]);
+        assert_eq!(code, Some(1), "{keep} bytes: {stderr}");
+        assert!(!stderr.contains("panicked"), "{keep} bytes: {stderr}");
+        let said = stderr.lines().last().unwrap_or_default();
+        assert!(said.contains(&cut.display().to_string()), "names the file: {said}");
+        assert!(
+            ["truncated", "damaged", "corrupt", "not a SQLite database"].iter().any(|w| said.contains(w)),
+            "{said}"
+        );
+        eprintln!("{keep} of {} bytes: {said}", full.len());
+    }
+    drop(dir);
 }

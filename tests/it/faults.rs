@@ -93,3 +93,34 @@ async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
     assert_eq!(view["answer"], "fallback", "answered once storage was back");
     assert_eq!(app.inbox(&session, &loop_id).await.len(), 1);
 }
+
+#[tokio::test]
+async fn another_connection_holding_the_write_lock_gives_retryable_503s_and_the_server_recovers() {
+    let (dir, db) = crate::helpers::temp_db();
+    let app = TestApp::start(&db, |_| {}).await;
+    let (session, loop_id) = (uuid(), uuid());
+    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Locked out?")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let key = [("idempotency-key", "through-the-lock")];
+    let journal_before = app.journal().await;
+
+    // A second connection (not a gatehouse) takes SQLite's write lock and holds it.
+    let intruder = rusqlite::Connection::open(&db).unwrap();
+    intruder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let body =
+        app.post_with(&path, &key, &crate::helpers::answer("yes")).await.expect_error(503, "storage_unavailable");
+    assert_eq!(body["error"]["retryable"], true);
+    app.get("/readyz").await.expect_error(503, "storage_unavailable");
+    // Nothing is half-written: the gate is open, the journal and the inbox are as they were.
+    assert_eq!(app.view(&session, &gate).await["state"], "open");
+    assert_eq!(app.journal().await, journal_before);
+    assert!(app.inbox(&session, &loop_id).await.is_empty());
+
+    intruder.execute_batch("ROLLBACK").unwrap();
+    await_ready(&app, 200).await;
+    app.post_with(&path, &key, &crate::helpers::answer("yes")).await.expect(202);
+    assert_eq!(app.inbox(&session, &loop_id).await.len(), 1);
+    drop(intruder);
+    drop(app.stop().await);
+    drop(dir);
+}
