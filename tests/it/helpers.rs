@@ -424,6 +424,13 @@ impl ServerProcess {
         }
     }
 
+    /// The server's resident memory now, from `/proc` (Linux).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc status");
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+        line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("VmRSS in kB") * 1024
+    }
+
     /// The lines the server wrote to stderr since the last call.
     pub fn log_lines(&self) -> Vec<String> {
         self.stderr.try_iter().collect()
@@ -484,6 +491,62 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A stream client that never reads: a raw socket with a small receive window, so the server's
+/// writes to it stall quickly.
+pub struct StuckClient {
+    socket: tokio::net::TcpStream,
+}
+
+impl StuckClient {
+    /// Connects to the server at `base` and asks for the event stream at `path`.
+    pub async fn connect(base: &str, path: &str) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let addr: std::net::SocketAddr = base.trim_start_matches("http://").parse().expect("a loopback address");
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(4096).expect("receive buffer");
+        let mut socket = bounded("connect", socket.connect(addr)).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.expect("send the request");
+        Self { socket }
+    }
+
+    /// Reads, at last, whatever the server sent before it closed the connection (bounded: the
+    /// server must close it), and returns the seqs of the complete enduring frames.
+    pub async fn drain(mut self) -> Vec<i64> {
+        use tokio::io::AsyncReadExt;
+        let mut received = Vec::new();
+        bounded("the stalled connection is closed", async {
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                match self.socket.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => received.extend_from_slice(&chunk[..n]),
+                }
+            }
+        })
+        .await;
+        let body_start = received.windows(4).position(|w| w == b"\r\n\r\n").expect("response headers") + 4;
+        // Undo chunked framing: keep only complete SSE frames that precede the cut.
+        let mut body = dechunk(&received[body_start..]);
+        take_frames(&mut body).iter().filter_map(SseFrame::enduring).map(|(seq, _)| seq).collect()
+    }
+}
+
+/// Decodes an HTTP/1.1 chunked body, stopping at the first incomplete chunk.
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap().trim(), 16).unwrap();
+        let start = line_end + 2;
+        if size == 0 || raw.len() < start + size + 2 {
+            break;
+        }
+        out.extend_from_slice(&raw[start..start + size]);
+        raw = &raw[start + size + 2..];
+    }
+    out
 }
 
 /// One Server-Sent Events frame as a client parses it.

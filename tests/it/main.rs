@@ -16,5 +16,6 @@ mod inbox;
 mod kill;
 mod readme;
 mod streams;
+mod stuck;
 mod timeouts;
 mod webhooks;

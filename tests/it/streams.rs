@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::helpers::{Client, EventStream, NET_TIMEOUT, SseFrame, TestApp, ask, bounded, gate_id, take_frames, uuid};
+use crate::helpers::{Client, EventStream, NET_TIMEOUT, SseFrame, StuckClient, TestApp, ask, bounded, gate_id, uuid};
 
 /// Opens `gates` gates (two events each), one after another.
 async fn open_gates(client: &Client, session: &str, gates: usize, question: &str) {
@@ -182,14 +181,7 @@ async fn the_stream_cap_answers_503_and_frees_slots_on_disconnect() {
 async fn a_client_that_stops_reading_is_closed_and_resumes_from_its_cursor() {
     let app = TestApp::spawn_with(|args| args.stream_stall = Duration::from_secs(1)).await;
     let session = uuid();
-    // A raw client with a small receive window, so the server's writes stall quickly.
-    let addr: std::net::SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut slow = bounded("connect", socket.connect(addr)).await.unwrap();
-    slow.write_all(b"GET /v1/events?after=0 HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n")
-        .await
-        .unwrap();
+    let slow = StuckClient::connect(&app.base, "/v1/events?after=0").await;
     let mut reader = EventStream::connect(&app, "/v1/events?after=0", &[]).await;
 
     // Big events: the slow client's window fills long before the last one.
@@ -205,44 +197,13 @@ async fn a_client_that_stops_reading_is_closed_and_resumes_from_its_cursor() {
     // Past the stall limit the server has closed the slow connection: reading now drains what was
     // buffered and then ends, instead of un-stalling the stream.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut received = Vec::new();
-    bounded("the stalled connection is closed", async {
-        let mut chunk = vec![0u8; 64 * 1024];
-        loop {
-            match slow.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received.extend_from_slice(&chunk[..n]),
-            }
-        }
-    })
-    .await;
-    let text = String::from_utf8_lossy(&received);
-    let body_start = text.find("\r\n\r\n").expect("response headers") + 4;
-    // Undo chunked framing: keep only complete SSE frames that precede the cut.
-    let mut buf = dechunk(&received[body_start..]);
-    let frames = take_frames(&mut buf);
-    let got: Vec<i64> = frames.iter().filter_map(SseFrame::enduring).map(|(seq, _)| seq).collect();
+    let got = slow.drain().await;
     let cut = *got.last().expect("some events before the stall");
     assert!(cut < last, "the slow client stalled (got up to {cut} of {last}; writes took {took:?})");
     assert_eq!(got, (1..=cut).collect::<Vec<_>>());
 
     let mut resumed = EventStream::connect(&app, "/v1/events", &[("last-event-id", &cut.to_string())]).await;
     assert_eq!(seqs(&resumed.enduring_until(last).await), (cut + 1..=last).collect::<Vec<_>>());
-}
-
-/// Decodes an HTTP/1.1 chunked body, stopping at the first incomplete chunk.
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap().trim(), 16).unwrap();
-        let start = line_end + 2;
-        if size == 0 || raw.len() < start + size + 2 {
-            break;
-        }
-        out.extend_from_slice(&raw[start..start + size]);
-        raw = &raw[start + size + 2..];
-    }
-    out
 }
 
 #[tokio::test]
