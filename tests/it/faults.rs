@@ -59,18 +59,26 @@ async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
     let session = uuid();
     let big = "q".repeat(4000);
     let body = ask(&uuid(), &uuid(), &big);
+    let loop_id = uuid();
+    let waiting = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), &big)).await);
     let events_before = app.journal().await.len();
 
     set_fault(&fault, "full:1");
     app.post(&format!("/v1/sessions/{session}/gates"), &body).await.expect_error(503, "storage_unavailable");
     await_ready(&app, 503).await;
-    assert_eq!(app.journal().await.len(), events_before, "no half-written gate");
+    let refused = app.answer(&session, &waiting, &big).await.expect_error(503, "storage_unavailable");
+    assert_eq!(refused["error"]["retryable"], true);
+    assert_eq!(app.journal().await.len(), events_before, "no half-written gate or answer");
+    assert_eq!(app.view(&session, &waiting).await["state"], "open", "the open gate stays open");
+    assert!(app.inbox(&session, &loop_id).await.is_empty());
 
     set_fault(&fault, "");
     await_ready(&app, 200).await;
-    // The same open is simply made again.
+    // The same open is simply made again, and the answer goes through.
     app.post(&format!("/v1/sessions/{session}/gates"), &body).await.expect(201);
-    assert_eq!(app.journal().await.len(), events_before + 2);
+    app.answer(&session, &waiting, &big).await.expect(202);
+    assert_eq!(app.journal().await.len(), events_before + 3);
+    assert_eq!(app.inbox(&session, &loop_id).await.len(), 1);
 }
 
 #[tokio::test]

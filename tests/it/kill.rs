@@ -5,7 +5,8 @@
 //! checker then proves from the history and the server's final state that no acknowledged answer
 //! was lost or doubled.
 //!
-//! `GATEHOUSE_KILLS=1000 cargo nextest run kill::` runs it with more kills (20 by default);
+//! `GATEHOUSE_KILLS=1000 cargo test --test it kill:: -- --nocapture` runs it with more kills (20
+//! by default; plain `cargo test`, since nextest ends tests after two minutes);
 //! `GATEHOUSE_KILL_SEED=N` replays a schedule.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
