@@ -142,6 +142,8 @@ fn arbitrary_requests_never_fail_the_server_and_refusals_change_nothing() {
     let app = runtime.block_on(TestApp::start(&db, |args| {
         args.tokens_file = Some(tokens);
         args.rate_limit = 1_000_000;
+        // Small enough that some generated bodies are too large (413).
+        args.max_body = 200;
     }));
     let (session, loop_id) = (uuid(), uuid());
     // One open gate and one answered gate whose command sits in the inbox, as targets.

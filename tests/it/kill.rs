@@ -277,6 +277,7 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
         outcome: Outcome::Ok(202, Value::Null),
     });
     let client = server.client.clone();
+    eprintln!("kill test: the checker's self-test follows; its panic message is expected");
     let caught = runtime.block_on(runtime.spawn(async move { check(&client, &forged).await }));
     assert!(caught.is_err_and(|e| e.is_panic()), "the checker must catch a lost answer");
     // A last SIGKILL, then SQLite's own verdict on the file.
