@@ -95,7 +95,7 @@ fn hostile(routes: usize) -> impl Strategy<Value = Hostile> {
     ];
     let body = prop_oneof![
         1 => Just(None),
-        2 => prop::collection::vec(any::<u8>(), 0..256).prop_map(Some),
+        2 => prop::collection::vec(any::<u8>(), 0..1024).prop_map(Some),
         2 => json_value().prop_map(|v| Some(v.to_string().into_bytes())),
         3 => near_valid().prop_map(|v| Some(v.to_string().into_bytes())),
     ];
