@@ -48,7 +48,7 @@ Examples:
   if [ \"$(gatehouse ask 'Deploy?' --choice yes --choice no)\" = yes ]; then ./deploy.sh; fi";
 
 /// Where the server is (client subcommands).
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct ClientArgs {
     /// The gatehouse server.
     #[arg(long, env = "GATEHOUSE_URL", default_value = "http://127.0.0.1:8080")]
@@ -236,6 +236,13 @@ pub struct ServeArgs {
     /// Test hooks; never set from the command line.
     #[arg(skip)]
     pub hooks: TestHooks,
+}
+
+impl fmt::Debug for ClientArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = self.token.as_ref().map(|_| "<redacted>");
+        f.debug_struct("ClientArgs").field("url", &self.url).field("token", &token).finish()
+    }
 }
 
 impl fmt::Debug for ServeArgs {

@@ -80,6 +80,12 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    // The listener actually served, not only the flag, must pass the fail-secure bind.
+    let address = listener.local_addr()?;
+    if let Err(e) = auth::check_exposure(address, !security.is_open(), &args) {
+        store.shutdown().await;
+        return Err(e.into());
+    }
     if let Some(slot) = &args.hooks.bus {
         let _ = slot.set(Arc::clone(store.bus()));
     }
@@ -95,7 +101,6 @@ pub async fn run(
     if let Some(slot) = &args.hooks.armed {
         let _ = slot.set(armed);
     }
-    let address = listener.local_addr()?;
     let webhook_secret = match webhook::start(&args, address, &store, token.clone()).await {
         Ok(secret) => secret,
         Err(e) => {
@@ -104,6 +109,7 @@ pub async fn run(
             return Err(ServeError::Webhooks(e));
         }
     };
+    let signed_answers = webhook_secret.is_some();
     let state = AppState {
         store: store.clone(),
         limits: Arc::new(Limits {
@@ -115,7 +121,7 @@ pub async fn run(
         webhook_secret,
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
-        auth: Arc::new(Auth::new(security, store.link_key())),
+        auth: Arc::new(Auth::new(security, store.link_key(), signed_answers)),
     };
     match state.auth.security.tokens() {
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),

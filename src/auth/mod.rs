@@ -124,13 +124,8 @@ impl Security {
     /// Checks the bind against the tokens file (fail-secure) and reads every security flag.
     pub fn load(args: &ServeArgs) -> Result<Self, SecurityError> {
         let tokens = args.tokens_file.as_deref().map(Tokens::load).transpose()?;
+        check_exposure(args.bind, tokens.is_some(), args)?;
         let ip = args.bind.ip();
-        if !ip.is_loopback() && tokens.is_none() && !args.insecure_public_bind {
-            return Err(SecurityError::PublicBindWithoutTokens(args.bind));
-        }
-        if ip.is_unspecified() && args.public_url.is_none() {
-            return Err(SecurityError::PublicUrlRequired(args.bind));
-        }
         let public = args.public_url.as_deref().map(|url| origin_of("--public-url", url)).transpose()?;
         let cors_origins =
             args.cors_origins.iter().map(|url| origin_of("--cors-origin", url)).collect::<Result<Vec<_>, _>>()?;
@@ -138,7 +133,8 @@ impl Security {
         let hosts = ip.is_loopback().then(|| {
             let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
             hosts.extend(public.as_deref().and_then(host_of));
-            hosts.extend(args.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+            // A port given with a host is dropped: the Host check ignores ports.
+            hosts.extend(args.allowed_hosts.iter().filter_map(|h| host_of_authority(h)));
             hosts
         });
         Ok(Self {
@@ -147,7 +143,10 @@ impl Security {
             cors_origins,
             public_origin: public,
             secure_cookie,
-            limits: TokenLimits { posts_per_second: args.rate_limit, streams: args.max_streams_per_token },
+            limits: TokenLimits {
+                posts_per_second: args.rate_limit.max(1),
+                streams: args.max_streams_per_token.max(1),
+            },
         })
     }
 
@@ -159,11 +158,6 @@ impl Security {
     /// The tokens, when configured.
     pub fn tokens(&self) -> Option<&Tokens> {
         self.tokens.as_ref()
-    }
-
-    /// Per-token limits: only with tokens (spec §10).
-    pub fn limiter(&self) -> Option<Arc<Limiter>> {
-        self.tokens.as_ref().map(|_| Limiter::new(self.limits))
     }
 
     /// Whether a `Host` header value may be served (always, on non-loopback binds).
@@ -203,12 +197,15 @@ pub struct Auth {
     pub security: Security,
     pub cookies: CookieKey,
     pub limiter: Option<Arc<Limiter>>,
+    /// Whether a webhook secret can verify signed answers.
+    pub signed_answers: bool,
 }
 
 impl Auth {
-    pub fn new(security: Security, database_secret: &[u8]) -> Self {
-        let limiter = security.limiter();
-        Self { security, cookies: CookieKey::derive(database_secret), limiter }
+    pub fn new(security: Security, database_secret: &[u8], signed_answers: bool) -> Self {
+        // Per-token limits only with tokens (spec §10).
+        let limiter = security.tokens.as_ref().map(|_| Limiter::new(security.limits));
+        Self { security, cookies: CookieKey::derive(database_secret), limiter, signed_answers }
     }
 
     /// One more stream for the caller: `None` when its token holds its maximum. Open mode and
@@ -219,6 +216,20 @@ impl Auth {
             _ => Some(StreamSlot::unlimited()),
         }
     }
+}
+
+/// The fail-secure bind (spec §10): a non-loopback address needs tokens or the explicit opt-in,
+/// and an unspecified one a public URL. Checked on the flags before anything starts, and again on
+/// the listener actually served.
+pub fn check_exposure(address: SocketAddr, has_tokens: bool, args: &ServeArgs) -> Result<(), SecurityError> {
+    let ip = address.ip();
+    if !ip.is_loopback() && !has_tokens && !args.insecure_public_bind {
+        return Err(SecurityError::PublicBindWithoutTokens(address));
+    }
+    if ip.is_unspecified() && args.public_url.is_none() {
+        return Err(SecurityError::PublicUrlRequired(address));
+    }
+    Ok(())
 }
 
 /// `scheme://host[:port]` of an http(s) URL, lower case, without a trailing slash.

@@ -106,7 +106,7 @@ impl Tokens {
             }
             let token = parse_line(line).map_err(|message| TokensError::Line { line: line_no, message })?;
             if !names.insert(token.name.clone()) {
-                let message = format!("the name {:?} is used twice", token.name);
+                let message = "this NAME is already used by an earlier line".to_owned();
                 return Err(TokensError::Line { line: line_no, message });
             }
             if !digests.insert(token.digest) {
@@ -147,6 +147,8 @@ impl Tokens {
     }
 }
 
+/// One line. Messages never quote a field: in a line with its fields out of order, any of them
+/// may be the secret.
 fn parse_line(line: &str) -> Result<Token, String> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     let (role, name, secret, prefix) = match fields[..] {
@@ -154,15 +156,15 @@ fn parse_line(line: &str) -> Result<Token, String> {
         [role, name, secret, prefix] => (role, name, secret, Some(prefix)),
         _ => return Err(format!("expected `ROLE NAME SECRET [SESSION_PREFIX]`, found {} fields", fields.len())),
     };
-    let role = Role::parse(role).ok_or_else(|| format!("unknown role {role:?} (agent, responder or admin)"))?;
+    let role = Role::parse(role).ok_or("the ROLE (first field) must be agent, responder or admin")?;
     if RESERVED_NAMES.contains(&name) {
-        return Err(format!("the name {name:?} is reserved for the server's own principals"));
+        return Err(format!("the NAME {name:?} is reserved for the server's own principals"));
     }
     if name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-        return Err(format!("the name {name:?} must be 1 to 64 letters, digits, '.', '_' or '-'"));
+        return Err("the NAME (second field) must be 1 to 64 letters, digits, '.', '_' or '-'".into());
     }
     if secret.len() < MIN_SECRET_LEN {
-        return Err(format!("the secret of {name:?} is shorter than {MIN_SECRET_LEN} characters"));
+        return Err(format!("the SECRET (third field) is shorter than {MIN_SECRET_LEN} characters"));
     }
     let session_prefix = match prefix {
         None => None,
@@ -170,7 +172,7 @@ fn parse_line(line: &str) -> Result<Token, String> {
         Some(prefix) if prefix.len() <= 36 && prefix.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') => {
             Some(prefix.to_ascii_lowercase())
         }
-        Some(prefix) => return Err(format!("the session prefix {prefix:?} is not the start of a UUID")),
+        Some(_) => return Err("the SESSION_PREFIX (fourth field) is not the start of a UUID".into()),
     };
     Ok(Token { role, name: name.to_owned(), session_prefix, digest: sha256(secret.as_bytes()) })
 }
@@ -210,7 +212,7 @@ admin   root     admin-secret-0123456789
         for (text, needle) in [
             ("", "no tokens"),
             ("# only a comment\n", "no tokens"),
-            ("boss x secret-0123456789abc", "unknown role"),
+            ("boss x secret-0123456789abc", "ROLE"),
             ("admin webhook secret-0123456789abc", "reserved"),
             ("admin answer-link secret-0123456789abc", "reserved"),
             ("admin root short", "shorter"),
@@ -218,11 +220,15 @@ admin   root     admin-secret-0123456789
             ("responder r secret-0123456789abc ab", "only agent"),
             ("agent a secret-0123456789abc zz", "not the start of a UUID"),
             ("admin a/b secret-0123456789abc", "letters"),
-            ("admin a secret-0123456789abc\nadmin a secret-0123456789abd", "line 2: the name"),
+            // Fields out of order: the secret must not be echoed.
+            ("admin secret-0123456789abc root", "shorter"),
+            ("secret-0123456789abc admin root", "ROLE"),
+            ("admin a secret-0123456789abc\nadmin a secret-0123456789abd", "line 2: this NAME"),
             ("admin a secret-0123456789abc\nadmin b secret-0123456789abc", "line 2: this secret"),
         ] {
             let message = Tokens::parse(text).unwrap_err().to_string();
             assert!(message.contains(needle), "{text:?}: {message}");
+            assert!(!message.contains("secret-0123456789abc"), "a secret was echoed: {message}");
         }
     }
 }

@@ -138,8 +138,8 @@ async fn answer_gate(
     IdempotencyKey(key): IdempotencyKey,
     SignedJsonBody(body, signed_by): SignedJsonBody<AnswerIn>,
 ) -> Result<Response, ApiError> {
-    // The guard let an uncredentialled request through only for its signature; the body
-    // extractor verified any signature that was sent.
+    // The guard lets an uncredentialled request through only with a signature, which the body
+    // extractor has verified by now; this stays as a second lock should either change.
     if matches!(caller, Caller::Signature) && signed_by.is_none() {
         return Err(ApiError::Unauthorized("this route needs a token or a webhook signature".into()));
     }

@@ -16,6 +16,7 @@ use super::extract::is_json;
 use crate::auth::{Access, Auth, Caller, Role, cookie};
 use crate::domain::{CommandId, GateId, LoopId, SessionId};
 use crate::error::ApiError;
+use crate::webhook::sign;
 
 /// What the guard of one route needs.
 #[derive(Clone)]
@@ -79,8 +80,7 @@ async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError
             ));
         }
     }
-    // A signature is verified with the body, later: an unverified one must not spend the budget
-    // of real signed answers.
+    // Only tokens have budgets: a signed answer is limited by its sender's own retry schedule.
     if *req.method() == Method::POST
         && let (Some(limiter), Caller::Token(token)) = (&auth.limiter, &caller)
         && let Err(wait) = limiter.take_post(&token.name)
@@ -117,7 +117,22 @@ fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Cal
             _ => Err(ApiError::Unauthorized("the login has expired or is no longer valid; log in again".into())),
         };
     }
-    if access == Access::Answer && headers.contains_key("webhook-signature") {
+    if access == Access::Answer
+        && let Some(signature) = headers.get("webhook-signature")
+    {
+        // Everything but the MAC is checked now, so an unsigned stranger gets its 401 first; the
+        // MAC needs the body and is checked by the body extractor.
+        if !auth.signed_answers {
+            return Err(ApiError::Unauthorized("signed answers need the server's --webhook-secret-file".into()));
+        }
+        let now = i64::try_from(crate::domain::Timestamp::now().unix_seconds()).unwrap_or(i64::MAX);
+        sign::check_headers(
+            text(headers, "webhook-id").unwrap_or_default(),
+            text(headers, "webhook-timestamp").unwrap_or_default(),
+            signature.to_str().unwrap_or_default(),
+            now,
+        )
+        .map_err(|e| ApiError::Unauthorized(format!("the webhook signature does not verify: {e}")))?;
         return Ok((Caller::Signature, false));
     }
     Err(ApiError::Unauthorized("this route needs a token: `Authorization: Bearer …`, or log in on the page".into()))
@@ -126,9 +141,10 @@ fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Cal
 /// Checks the ids in the path (a malformed one is a 400 before any 403) and returns the
 /// session, if the route has one.
 async fn path_session(req: &mut Request) -> Result<Option<SessionId>, ApiError> {
-    let Ok(params) = req.extract_parts::<RawPathParams>().await else {
-        return Ok(None);
-    };
+    let params = req
+        .extract_parts::<RawPathParams>()
+        .await
+        .map_err(|e| ApiError::InvalidParameter(format!("the path is not valid: {}", e.body_text())))?;
     let mut session = None;
     for (name, value) in &params {
         let bad = |_| ApiError::InvalidParameter(format!("{name} {value:?} is not a UUID"));
@@ -143,7 +159,7 @@ async fn path_session(req: &mut Request) -> Result<Option<SessionId>, ApiError> 
     Ok(session)
 }
 
-fn text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+fn text(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

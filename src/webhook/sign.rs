@@ -139,6 +139,36 @@ pub enum VerifyError {
     BadSignature,
 }
 
+/// The checks of a signed request that need no body: the three headers are present and the
+/// timestamp is within the tolerance of `now_unix`. Returns the timestamp.
+pub fn check_headers(
+    msg_id: &str,
+    timestamp_header: &str,
+    signature_header: &str,
+    now_unix: i64,
+) -> Result<i64, VerifyError> {
+    if msg_id.is_empty() {
+        return Err(VerifyError::MissingHeader(HEADER_ID));
+    }
+    let timestamp_header = timestamp_header.trim();
+    if timestamp_header.is_empty() {
+        return Err(VerifyError::MissingHeader(HEADER_TIMESTAMP));
+    }
+    if signature_header.trim().is_empty() {
+        return Err(VerifyError::MissingHeader(HEADER_SIGNATURE));
+    }
+    // Digits only: `i64::from_str` would also take a sign, which no sender produces.
+    if !timestamp_header.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(VerifyError::BadTimestamp);
+    }
+    let timestamp: i64 = timestamp_header.parse().map_err(|_| VerifyError::BadTimestamp)?;
+    let skew = now_unix.abs_diff(timestamp);
+    if skew > TOLERANCE_SECS {
+        return Err(if timestamp < now_unix { VerifyError::Expired(skew) } else { VerifyError::FromTheFuture(skew) });
+    }
+    Ok(timestamp)
+}
+
 /// Verifies a signed request against `now_unix` (unix seconds).
 ///
 /// The headers are passed as received; an absent header is passed as `""` and reported as
@@ -153,26 +183,7 @@ pub fn verify(
     body: &[u8],
     now_unix: i64,
 ) -> Result<(), VerifyError> {
-    if msg_id.is_empty() {
-        return Err(VerifyError::MissingHeader(HEADER_ID));
-    }
-    let timestamp_header = timestamp_header.trim();
-    if timestamp_header.is_empty() {
-        return Err(VerifyError::MissingHeader(HEADER_TIMESTAMP));
-    }
-    if signature_header.trim().is_empty() {
-        return Err(VerifyError::MissingHeader(HEADER_SIGNATURE));
-    }
-
-    // Digits only: `i64::from_str` would also take a sign, which no sender produces.
-    if !timestamp_header.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(VerifyError::BadTimestamp);
-    }
-    let timestamp: i64 = timestamp_header.parse().map_err(|_| VerifyError::BadTimestamp)?;
-    let skew = now_unix.abs_diff(timestamp);
-    if skew > TOLERANCE_SECS {
-        return Err(if timestamp < now_unix { VerifyError::Expired(skew) } else { VerifyError::FromTheFuture(skew) });
-    }
+    let timestamp = check_headers(msg_id, timestamp_header, signature_header, now_unix)?;
 
     // The body is hashed once; each candidate only clones the MAC state.
     let mac = secret.mac(msg_id, timestamp, body);

@@ -107,6 +107,50 @@ async fn status_of(http: &reqwest::Client, base: &str, method: &Method, path: &s
     status
 }
 
+/// Spec §10's route × role table, written out here independently of the code, so a wrong
+/// `Access` on a route (which would be documented and enforced consistently) is still caught.
+#[test]
+fn the_route_table_is_the_one_of_spec_section_10() {
+    const AGENT: &str = "agent,admin";
+    const SESSION_READ: &str = "agent,responder,admin";
+    const RESPONDER: &str = "responder,admin";
+    let spec: std::collections::BTreeSet<(&str, &str, &str)> = [
+        ("POST", "/v1/sessions/{session_id}/gates", AGENT),
+        ("POST", "/v1/sessions/{session_id}/gates/{gate_id}/close", AGENT),
+        ("GET", "/v1/sessions/{session_id}/loops/{loop_id}/commands", AGENT),
+        ("POST", "/v1/sessions/{session_id}/loops/{loop_id}/commands/{command_id}/ack", AGENT),
+        ("GET", "/v1/sessions/{session_id}/gates", SESSION_READ),
+        ("GET", "/v1/sessions/{session_id}/gates/{gate_id}", SESSION_READ),
+        ("GET", "/v1/sessions/{session_id}/gates/{gate_id}/wait", SESSION_READ),
+        ("GET", "/v1/sessions/{session_id}/events", SESSION_READ),
+        ("GET", "/v1/sessions/{session_id}/journal", SESSION_READ),
+        ("GET", "/v1/gates", RESPONDER),
+        ("GET", "/v1/gates/{gate_id}", RESPONDER),
+        ("GET", "/v1/events", RESPONDER),
+        ("GET", "/v1/journal", RESPONDER),
+        ("POST", "/v1/sessions/{session_id}/gates/{gate_id}", "responder,admin,webhook"),
+        ("GET", "/v1/webhooks/deliveries", "admin"),
+        ("GET", "/healthz", "open"),
+        ("GET", "/readyz", "open"),
+        ("GET", "/", "open"),
+        ("GET", "/static/{name}", "open"),
+        ("GET", "/openapi.yaml", "open"),
+        ("GET", "/v1/capabilities", "open"),
+        ("POST", "/v1/login", "open"),
+        ("GET", "/v1/answers/{token}", "link"),
+        ("POST", "/v1/answers/{token}", "link"),
+    ]
+    .into_iter()
+    .collect();
+    let served: Vec<(String, &str, String)> = gatehouse::http::route_table()
+        .into_iter()
+        .map(|(m, p, access)| (m.to_string(), p, access.names().join(",")))
+        .collect();
+    let served: std::collections::BTreeSet<(&str, &str, &str)> =
+        served.iter().map(|(m, p, r)| (m.as_str(), *p, r.as_str())).collect();
+    assert_eq!(served, spec);
+}
+
 #[tokio::test]
 async fn every_route_gives_every_role_the_documented_status() {
     let (app, _dir, _db) = spawn_with_tokens(|_| {}).await;
@@ -229,6 +273,8 @@ async fn the_login_cookie_survives_a_restart_and_state_changes_need_json_and_our
     }
     let admin = app.bearer(ADMIN.secret);
     assert_eq!(admin.view(&session, &gate).await["state"], "open", "refused requests change nothing");
+    let null_origin = [("content-type", "application/json"), ("origin", "null")];
+    page.send(Method::POST, &path, &null_origin, Some(body.clone())).await.expect_error(403, "forbidden");
     let headers = [("content-type", "application/json"), ("origin", origin.as_str())];
     page.send(Method::POST, &path, &headers, Some(body)).await.expect(202);
     let view = admin.view(&session, &gate).await;
@@ -426,4 +472,25 @@ async fn cors_answers_only_the_listed_origins() {
     // A simple GET from the listed origin is allowed to read the answer; never a wildcard.
     let resp = app.send(Method::GET, "/v1/gates", &[("origin", listed)], None).await.expect(200);
     assert_eq!(resp.headers["access-control-allow-origin"], listed);
+}
+
+#[tokio::test]
+async fn cookies_are_trusted_from_listed_origins_and_agents_match_prefixes_in_any_case() {
+    let listed = "https://ops.example";
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.cors_origins = vec![listed.to_owned()]).await;
+    let (cookie, _) = login(&app, ADMIN.secret).await;
+    let page = app.with_header("cookie", &cookie);
+    let session = session_in_prefix().to_uppercase();
+    let body = ask(&uuid(), &uuid(), "From the ops console?").to_string().into_bytes();
+    let headers = [("content-type", "application/json"), ("origin", listed)];
+    page.send(Method::POST, &format!("/v1/sessions/{session}/gates"), &headers, Some(body)).await.expect(201);
+    // The scoped agent reads the same session whether its id is written in upper or lower case.
+    let agent = app.bearer(AGENT.secret);
+    agent.get(&format!("/v1/sessions/{session}/gates")).await.expect(200);
+    agent.get(&format!("/v1/sessions/{}/gates", session.to_lowercase())).await.expect(200);
+    let outside = session_out_of_prefix().to_uppercase();
+    agent.get(&format!("/v1/sessions/{outside}/gates")).await.expect_error(403, "forbidden");
+    // A malformed id is a 400 before any 403.
+    agent.get("/v1/sessions/not-a-uuid/gates").await.expect_error(400, "invalid_parameter");
+    app.bearer(RESPONDER.secret).get("/v1/webhooks/deliveries?status=pending").await.expect_error(403, "forbidden");
 }

@@ -444,7 +444,12 @@ impl ServerProcess {
             let _ = child.kill();
             panic!("gatehouse did not exit")
         });
-        (code, stderr.try_iter().collect::<Vec<_>>().join("\n"))
+        // The child has exited; its pipe ends once the forwarding thread has read everything.
+        let mut lines = Vec::new();
+        while let Ok(line) = stderr.recv_timeout(NET_TIMEOUT) {
+            lines.push(line);
+        }
+        (code, lines.join("\n"))
     }
 
     /// SIGKILL: no shutdown code runs.

@@ -39,6 +39,12 @@ enum AuthChoice {
     Admin,
     None,
     Garbage(String),
+    /// A made-up login cookie.
+    Cookie(String),
+    /// A made-up webhook signature, with or without the other two headers.
+    Signature(String, bool),
+    /// The admin, behind a `Host` the server does not serve.
+    ForeignHost(String),
 }
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -89,9 +95,12 @@ fn hostile(routes: usize) -> impl Strategy<Value = Hostile> {
         Just(None),
     ];
     let auth = prop_oneof![
-        4 => Just(AuthChoice::Admin),
-        1 => Just(AuthChoice::None),
+        8 => Just(AuthChoice::Admin),
+        2 => Just(AuthChoice::None),
         1 => "[ -~]{0,40}".prop_map(AuthChoice::Garbage),
+        1 => "[A-Za-z0-9._-]{0,60}".prop_map(AuthChoice::Cookie),
+        1 => ("v1,[A-Za-z0-9+/=]{0,50}", any::<bool>()).prop_map(|(s, full)| AuthChoice::Signature(s, full)),
+        1 => "[a-z0-9.-]{1,20}(:[0-9]{1,5})?".prop_map(AuthChoice::ForeignHost),
     ];
     let body = prop_oneof![
         1 => Just(None),
@@ -200,6 +209,17 @@ fn arbitrary_requests_never_fail_the_server_and_refusals_change_nothing() {
                 AuthChoice::Admin => req = req.header("authorization", format!("Bearer {ADMIN}")),
                 AuthChoice::None => {}
                 AuthChoice::Garbage(text) => req = req.header("authorization", text.as_str()),
+                AuthChoice::Cookie(value) => req = req.header("cookie", format!("gatehouse_login={value}")),
+                AuthChoice::Signature(signature, full) => {
+                    req = req.header("webhook-signature", signature.as_str());
+                    if *full {
+                        let now = gatehouse::domain::Timestamp::now().unix_seconds().to_string();
+                        req = req.header("webhook-id", "msg_hostile").header("webhook-timestamp", now);
+                    }
+                }
+                AuthChoice::ForeignHost(host) => {
+                    req = req.header("authorization", format!("Bearer {ADMIN}")).header("host", host.as_str());
+                }
             }
             if let Some(ct) = case.content_type {
                 req = req.header("content-type", ct);

@@ -331,6 +331,17 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
         .await
         .expect_error(401, "unauthorized");
     app.send(reqwest::Method::GET, &path, &signed[1..], None).await.expect_error(401, "unauthorized");
+    // A stray or stale signature gets its 401 before any other check looks at the request.
+    let stray = [("webhook-signature", "v1,AAAA"), ("content-type", "text/plain")];
+    app.send(reqwest::Method::POST, &path, &stray, Some(b"x".to_vec())).await.expect_error(401, "unauthorized");
+    let stale_ts = (now - 3600).to_string();
+    let stale = [signed[0], signed[1], ("webhook-timestamp", stale_ts.as_str()), signed[3]];
+    app.send(reqwest::Method::POST, &path, &stale, Some(body.clone().into_bytes()))
+        .await
+        .expect_error(401, "unauthorized");
+    let mut forged = body.clone().into_bytes();
+    forged[0] = b' ';
+    app.send(reqwest::Method::POST, &path, &signed, Some(forged)).await.expect_error(401, "unauthorized");
     app.send(reqwest::Method::POST, &path, &signed, Some(body.into_bytes())).await.expect(202);
     let view = admin.view(&session, &gate).await;
     assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
