@@ -1,5 +1,5 @@
 //! The command line: `gatehouse serve` and its flags, each with a `GATEHOUSE_*` environment
-//! fallback, and the client subcommands (`ask`, `answer`, `gates`, `tail`).
+//! fallback, the client subcommands (`ask`, `answer`, `gates`, `tail`) and `bench`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -37,7 +37,24 @@ pub enum Command {
     /// Print journal events as JSON lines, then follow new ones.
     #[command(after_help = "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type")]
     Tail(TailArgs),
+    /// Measure gatehouse side by side with this machine's own ceilings (starts its own servers).
+    #[command(after_help = BENCH_HELP)]
+    Bench(BenchArgs),
+    /// The bare comparison server `bench` starts: axum hello and a tokio-broadcast SSE fan-out.
+    #[command(name = "bench-ceiling", hide = true)]
+    BenchCeiling(CeilingArgs),
 }
+
+const BENCH_HELP: &str = "\
+It starts `gatehouse serve` and a bare axum server as child processes on temporary databases
+(under $TMPDIR) and loopback ports, drives them from this process, and prints every figure as
+the median of its runs with the min-max range, then each target as a ratio from the same run.
+Figures below a target are reported, not failed: it exits 0 whenever it measured.
+
+Examples:
+  gatehouse bench --smoke                  # seconds: checks that every figure can be measured
+  gatehouse bench --quick --json benches/quick.json --svg benches/quick.svg
+  gatehouse bench --sync normal            # full sizes and durations, without power-loss durability";
 
 const ASK_EXAMPLES: &str =
     "Exit codes: 0 answered, 2 withdrawn, 3 timed out without a default, 130 interrupted, 1 error.
@@ -125,6 +142,34 @@ pub struct TailArgs {
     pub after: u64,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Full sizes, short durations: under 3 minutes on 2 cores.
+    #[arg(long, conflicts_with = "smoke")]
+    pub quick: bool,
+    /// Tiny sizes: only checks that every figure can be measured (seconds).
+    #[arg(long)]
+    pub smoke: bool,
+    /// Also write the figures as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Also draw the targets as an SVG chart to this file.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<PathBuf>,
+    /// The durability both gatehouse and the raw SQLite ceiling run with.
+    #[arg(long, value_enum, default_value_t = SyncMode::Full)]
+    pub sync: SyncMode,
+}
+
+/// Flags of the hidden `gatehouse bench-ceiling`.
+#[derive(Debug, Clone, Args)]
+pub struct CeilingArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: SocketAddr,
 }
 
 /// Flags of `gatehouse serve`.
@@ -289,6 +334,16 @@ impl ServeArgs {
 pub enum SyncMode {
     Full,
     Normal,
+}
+
+impl SyncMode {
+    /// The flag's value, as `--sync` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Normal => "normal",
+        }
+    }
 }
 
 impl From<SyncMode> for Durability {

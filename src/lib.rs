@@ -5,6 +5,7 @@
 //! `store` owns SQLite (one writer thread, read-only readers), `bus` rings after commits.
 
 pub mod auth;
+pub mod bench;
 pub mod bus;
 pub mod cli;
 pub mod config;
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use auth::{Auth, Security};
 pub use config::ServeArgs;
 pub use http::router;
-use http::{AppState, Limits, StallGuardListener};
+use http::{AppState, Handles, Limits, StallGuardListener};
 use store::{OpenError, Store, StoreConfig};
 
 /// Why `serve` stopped with an error.
@@ -110,7 +111,7 @@ pub async fn run(
         }
     };
     let signed_answers = webhook_secret.is_some();
-    let state = AppState {
+    let state = AppState::new(Handles {
         store: store.clone(),
         limits: Arc::new(Limits {
             max_body: args.max_body,
@@ -122,7 +123,7 @@ pub async fn run(
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
         auth: Arc::new(Auth::new(security, store.link_key(), signed_answers)),
-    };
+    });
     match state.auth.security.tokens() {
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),
         Some(tokens) => tracing::info!(tokens = tokens.len(), "tokens file loaded; routes need credentials"),
@@ -136,7 +137,12 @@ pub async fn run(
         signal.cancel();
     });
     let listener = StallGuardListener::new(listener, args.stream_stall);
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(token.clone().cancelled_owned());
+    // A `Router` served directly is cloned route by route for every connection (axum turns its
+    // handlers into services per connection), tens of KiB each; a make-service hands each
+    // connection a cheap shared handle instead. The handlers were already turned into services
+    // when the router got its state.
+    let server = axum::serve(listener, router(state).into_make_service())
+        .with_graceful_shutdown(token.clone().cancelled_owned());
     let grace = async {
         token.cancelled().await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;

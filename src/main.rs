@@ -20,8 +20,10 @@ fn main() -> ExitCode {
             };
         }
     };
+    // The bench reports on stdout and stderr itself; its servers log for themselves.
+    let default_filter = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "gatehouse=info,warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "gatehouse=info,warn".into()))
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
@@ -35,6 +37,8 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Bench(args) => runtime.block_on(gatehouse::bench::run(args)),
+        Command::BenchCeiling(args) => runtime.block_on(gatehouse::bench::serve_ceiling(args)),
         client => runtime.block_on(gatehouse::cli::run(client)),
     }
 }

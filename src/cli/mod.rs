@@ -21,7 +21,9 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Answer(args) => answer::run(args).await,
         Command::Gates(args) => gates::run(args).await,
         Command::Tail(args) => tail::run(args).await,
-        Command::Serve(_) => unreachable!("serve is not a client subcommand"),
+        Command::Serve(_) | Command::Bench(_) | Command::BenchCeiling(_) => {
+            unreachable!("main runs the server and the bench itself")
+        }
     }
 }
 

@@ -119,10 +119,8 @@ async fn follow(
                     }
                 },
             };
-            for frame in frames {
-                if sink.send(frame).await.is_err() {
-                    return;
-                }
+            if sink.send_all(frames).await.is_err() {
+                return;
             }
             cursor = next;
         }

@@ -103,14 +103,17 @@ async fn stream_commands(state: AppState, session: SessionId, loop_id: LoopId, m
                 () = sink.closed() => return,
             }
         }
-        for row in rows {
-            let data = serde_json::to_string(&row).expect("inbox rows serialise");
-            let frame = format!("event: command\nid: {}\ndata: {data}\n\n", row.seq);
-            if sink.send(Bytes::from(frame)).await.is_err() {
-                return;
-            }
-            cursor = row.seq;
+        let frames: Vec<Bytes> = rows
+            .iter()
+            .map(|row| {
+                let data = serde_json::to_string(&row).expect("inbox rows serialise");
+                Bytes::from(format!("event: command\nid: {}\ndata: {data}\n\n", row.seq))
+            })
+            .collect();
+        if sink.send_all(frames).await.is_err() {
+            return;
         }
+        cursor = rows.last().map_or(cursor, |row| row.seq);
     }
 }
 

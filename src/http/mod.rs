@@ -52,9 +52,27 @@ pub struct Limits {
     pub max_open_gates: usize,
 }
 
-/// What every handler can reach: cheap clonable handles.
+/// What every handler can reach, behind one `Arc`: axum clones the state for every request, and
+/// this makes that one atomic increment (a `CancellationToken` alone takes a lock to clone).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Handles>);
+
+impl AppState {
+    pub fn new(handles: Handles) -> Self {
+        Self(Arc::new(handles))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Handles;
+
+    fn deref(&self) -> &Handles {
+        &self.0
+    }
+}
+
+/// The server's shared handles.
+pub struct Handles {
     pub store: Store,
     pub limits: Arc<Limits>,
     /// Verifies signed webhook answers (`--webhook-secret-file`).

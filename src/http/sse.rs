@@ -22,8 +22,13 @@ use crate::error::ApiError;
 const RETRY: &[u8] = b"retry: 3000\n\n";
 /// A comment: keeps proxies from timing the connection out, and carries no `id:`.
 const PING: &[u8] = b": ping\n\n";
-/// Frames queued between a stream's task and its socket.
-const BUFFER: usize = 16;
+/// Chunks queued between a stream's task and its socket.
+const BUFFER: usize = 4;
+/// The most bytes of frames sent as one chunk. Frames committed together go out together: one
+/// channel send and one body chunk per burst instead of one per event, which is most of what a
+/// fan-out to thousands of streams costs. With `BUFFER`, it also bounds what a client that stopped
+/// reading holds in its queue: 64 KiB.
+const CHUNK_BYTES: usize = 16 * 1024;
 /// Seconds a client over its token's stream cap is told to wait.
 const RETRY_AFTER_STREAMS: u64 = 5;
 /// Rows read from the database per batch by a stream that is behind.
@@ -81,11 +86,62 @@ impl Sink {
         }
     }
 
+    /// Queues frames in order, joined into chunks of at most `CHUNK_BYTES`.
+    pub async fn send_all(&self, frames: impl IntoIterator<Item = Bytes>) -> Result<(), Closed> {
+        let mut chunk = Chunk::default();
+        for frame in frames {
+            if let Some(full) = chunk.push(frame) {
+                self.send(full).await?;
+            }
+        }
+        match chunk.take() {
+            Some(rest) => self.send(rest).await,
+            None => Ok(()),
+        }
+    }
+
     /// Resolves when the stream should end.
     pub async fn closed(&self) {
         tokio::select! {
             () = self.tx.closed() => {}
             () = self.done.cancelled() => {}
+        }
+    }
+}
+
+/// Frames being joined into one chunk. Only frames that are actually joined are copied: a lone
+/// frame (the usual live event) or one bigger than a chunk goes out as the ring's own bytes.
+#[derive(Default)]
+struct Chunk {
+    first: Option<Bytes>,
+    joined: Vec<u8>,
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(0, Bytes::len) + self.joined.len()
+    }
+
+    /// Adds a frame; returns the chunk so far when the frame does not fit in it.
+    fn push(&mut self, frame: Bytes) -> Option<Bytes> {
+        let full = if self.len() > 0 && self.len() + frame.len() > CHUNK_BYTES { self.take() } else { None };
+        match self.first.take() {
+            None if self.joined.is_empty() => self.first = Some(frame),
+            Some(first) => {
+                self.joined.extend_from_slice(&first);
+                self.joined.extend_from_slice(&frame);
+            }
+            None => self.joined.extend_from_slice(&frame),
+        }
+        full
+    }
+
+    /// The chunk so far, if any, leaving it empty.
+    fn take(&mut self) -> Option<Bytes> {
+        match self.first.take() {
+            Some(first) => Some(first),
+            None if self.joined.is_empty() => None,
+            None => Some(Bytes::from(std::mem::take(&mut self.joined))),
         }
     }
 }
@@ -162,6 +218,35 @@ mod tests {
         assert!(!wants_stream(&headers(&[("accept", "application/json, text/event-stream;q=0")])));
         assert!(!wants_stream(&headers(&[("accept", "*/*")])));
         assert!(!wants_stream(&headers(&[])));
+    }
+
+    #[test]
+    fn frames_are_joined_into_bounded_chunks_and_copied_only_to_be_joined() {
+        let frame = |byte: u8, len: usize| Bytes::from(vec![byte; len]);
+        let mut chunk = Chunk::default();
+        let lone = frame(b'a', 10);
+        assert_eq!(chunk.push(lone.clone()), None);
+        let out = chunk.take().unwrap();
+        assert_eq!(out.as_ptr(), lone.as_ptr(), "a lone frame is sent as it is");
+        assert_eq!(chunk.take(), None);
+
+        let third = CHUNK_BYTES / 3;
+        let mut sent = Vec::new();
+        for byte in b'a'..b'f' {
+            sent.extend(chunk.push(frame(byte, third)));
+        }
+        sent.extend(chunk.take());
+        assert_eq!(sent.iter().map(Bytes::len).collect::<Vec<_>>(), [3 * third, 2 * third]);
+        let mut expected = Vec::new();
+        for byte in b'a'..b'f' {
+            expected.extend(std::iter::repeat_n(byte, third));
+        }
+        assert_eq!(sent.concat(), expected, "every byte, in order");
+
+        let big = frame(b'z', CHUNK_BYTES + 1);
+        assert_eq!(chunk.push(frame(b'y', 5)), None);
+        assert_eq!(chunk.push(big.clone()).map(|c| c.len()), Some(5));
+        assert_eq!(chunk.take().unwrap().as_ptr(), big.as_ptr(), "a big frame goes alone, uncopied");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Storage: one SQLite file in WAL mode. Writes go through the one writer thread (`writer`);
-//! reads use separate read-only connections on blocking threads, and never hold a statement or a
-//! transaction across an `.await`. Handlers see only this module's async API, never rusqlite.
+//! reads use separate read-only connections on blocking threads (single-row lookups run in place,
+//! see `lookup`), and never hold a statement or a transaction across an `.await`. Handlers see
+//! only this module's async API, never rusqlite.
 
+mod baseline;
 mod gates;
 mod inbox;
 mod journal;
@@ -18,13 +20,14 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+pub use baseline::OneTransactionPerAnswer;
 pub use gates::{
     AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, Listing,
     OpenOutcome, replay,
 };
 pub use schema::SCHEMA_VERSION;
 pub use webhooks::{Delivery, Endpoint, Pending};
-pub use writer::{BeforeCommit, Health};
+pub use writer::{BeforeCommit, Health, PendingCommit};
 
 use crate::bus::{Bus, Effect};
 use crate::domain::{
@@ -247,6 +250,32 @@ impl Store {
         reply.await.map_err(|_| StoreError::Internal("a write job failed without a reply".into()))?
     }
 
+    /// Runs a single-row lookup by key right here on the calling task: it takes microseconds,
+    /// while handing it to a blocking thread costs two thread wake-ups, several times the lookup
+    /// itself (the gate lookup of every GET and every answer). It runs only on an idle warm
+    /// connection told not to wait for locks, so it can never put a runtime thread to sleep: with
+    /// no idle connection, or should SQLite have to wait, it runs as an ordinary `read`.
+    async fn lookup<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let idle = self.inner.readers.lock().expect("reader pool").pop();
+        if let Some(conn) = idle {
+            let result = conn.busy_timeout(std::time::Duration::ZERO).and_then(|()| {
+                let result = work(&conn);
+                conn.busy_timeout(schema::BUSY_TIMEOUT)?;
+                result
+            });
+            self.inner.readers.lock().expect("reader pool").push(conn);
+            match result {
+                Err(e) if matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy)) => {}
+                done => return done.map_err(StoreError::from),
+            }
+        }
+        self.read(work).await
+    }
+
     /// Runs `work` on a read-only connection on a blocking thread.
     async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
     where
@@ -334,12 +363,12 @@ impl Store {
 
     /// The gate an answer-link token belongs to.
     pub async fn gate_by_link(&self, token: String) -> Result<Option<GateRecord>, StoreError> {
-        self.read(move |conn| gates::find_by_link(conn, &token)).await
+        self.lookup(move |conn| gates::find_by_link(conn, &token)).await
     }
 
     /// One gate by id, in whatever session.
     pub async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
-        self.read(move |conn| gates::find(conn, gate)).await
+        self.lookup(move |conn| gates::find(conn, gate)).await
     }
 
     /// A page of gates with the journal head of the same snapshot.
@@ -429,7 +458,7 @@ impl Store {
 
     /// The oldest retained and the newest committed journal seq.
     pub async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
-        self.read(|conn| Ok((journal::earliest(conn)?, journal::head(conn)?))).await
+        self.lookup(|conn| Ok((journal::earliest(conn)?, journal::head(conn)?))).await
     }
 
     /// A page of the journal, optionally of one session.

@@ -1,10 +1,17 @@
 //! The one writer thread. It owns the only write connection; every journal, gate and inbox write
 //! is a job sent to it over a bounded channel and run inside `BEGIN IMMEDIATE`.
 //!
-//! Jobs that are already queued when a transaction starts run in the same transaction (group
-//! commit), each inside its own SAVEPOINT so a failing job rolls back alone. Side effects of a job
-//! (doorbell, keyed wake-ups) are buffered and published only after COMMIT returned Ok, in order,
-//! and only then do the replies go out: nothing is observable before it is durable.
+//! Group commit (spec §7): jobs that are already queued when a transaction starts run in the same
+//! transaction, at most `MAX_BATCH` of them, first come first served, so one fsync covers them all.
+//! No transaction waits to gather more: the jobs that queue while one commits make up the next, so
+//! batches grow with the load and a lone job is never delayed. Each job runs inside its own
+//! SAVEPOINT, so a job that fails on its own terms (a bug, damaged data, a panic) rolls back alone
+//! and its neighbours commit. Storage trouble is different: once
+//! SQLite rolled the transaction back, or the disk refused a write (full, read-only, I/O), every
+//! job of the batch fails with a retryable 503 and none of it commits. Side effects of a job
+//! (doorbell, frame ring, keyed wake-ups, timers) are buffered and published only after COMMIT
+//! returned Ok, in order, and only then do the replies go out: nothing is observable before it is
+//! durable, and no caller hears back before the commit holding its job.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +33,26 @@ const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 const UNLIMITED_PAGES: u64 = 4_294_967_294;
 
 /// A test-only pause just before COMMIT (spec §13, the commit barrier).
-pub type BeforeCommit = Arc<dyn Fn() + Send + Sync>;
+pub type BeforeCommit = Arc<dyn Fn(&PendingCommit<'_>) + Send + Sync>;
+
+/// What the test-only pause sees: the batch about to commit and the jobs queued behind it, so a
+/// test can hold a transaction open until the jobs it wants batched together are waiting.
+pub struct PendingCommit<'a> {
+    jobs: usize,
+    queue: &'a mpsc::Receiver<Msg>,
+}
+
+impl PendingCommit<'_> {
+    /// Jobs in the transaction about to commit.
+    pub fn jobs(&self) -> usize {
+        self.jobs
+    }
+
+    /// Jobs queued behind it right now (they will share the next transaction, up to `MAX_BATCH`).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+}
 
 /// A unit of work for the writer: runs inside the transaction, then learns whether it committed.
 pub(super) struct Job(Box<dyn Work>);
@@ -183,44 +209,52 @@ impl Writer {
                 return self.fail(Vec::new(), batch, format!("cannot end a broken transaction: {e}"));
             }
         }
-        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = self.control("BEGIN IMMEDIATE") {
             return self.fail(Vec::new(), batch, format!("BEGIN IMMEDIATE failed: {e}"));
         }
         let mut done: Vec<Ran> = Vec::with_capacity(batch.len());
         let mut jobs = batch.into_iter();
         while let Some(Job(job)) = jobs.next() {
-            if let Err(e) = self.conn.execute_batch("SAVEPOINT job") {
+            if let Err(e) = self.control("SAVEPOINT job") {
                 let rest = std::iter::once(Job(job)).chain(jobs).collect();
                 return self.fail(done, rest, format!("SAVEPOINT failed: {e}"));
             }
             // A panicking job must not take the writer down with it: it fails alone (its caller
             // sees its reply dropped) and the batch goes on.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&self.conn)));
+            let mut ran = ran.unwrap_or_else(|_| {
+                tracing::error!("a write job panicked; it was rolled back");
+                Ran {
+                    failure: Some(StoreError::Internal("panicked".into())),
+                    effects: Vec::new(),
+                    reply: Box::new(drop),
+                }
+            });
             if self.conn.is_autocommit() {
                 // SQLite rolled back the whole transaction (e.g. SQLITE_FULL): every job of the
                 // batch is lost, this one included. Never run SAVEPOINT outside BEGIN IMMEDIATE.
-                let cause = match &ran {
-                    Ok(Ran { failure: Some(e), .. }) => e.to_string(),
-                    _ => "SQLite rolled the transaction back".to_owned(),
+                let cause = match &ran.failure {
+                    Some(e) => e.to_string(),
+                    None => "SQLite rolled the transaction back".to_owned(),
                 };
-                done.extend(ran.ok());
+                done.push(ran);
                 return self.fail(done, jobs.collect(), cause);
             }
-            let mut ran = match ran {
-                Ok(ran) => ran,
-                Err(_) => {
-                    tracing::error!("a write job panicked; it was rolled back");
-                    Ran {
-                        failure: Some(StoreError::Internal("panicked".into())),
-                        effects: Vec::new(),
-                        reply: Box::new(drop),
-                    }
-                }
-            };
-            let end = if ran.failure.is_none() { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
-            if let Err(e) = self.conn.execute_batch(end) {
+            if let Some(StoreError::Unavailable(cause)) = &ran.failure {
+                // The disk refused a write but SQLite kept the transaction: still, nothing of this
+                // batch may commit on storage that just failed, and every caller must hear the
+                // same retryable outcome (they retry with their Idempotency-Key).
+                let cause = cause.clone();
                 done.push(ran);
-                return self.fail(done, jobs.collect(), format!("{end} failed: {e}"));
+                return self.fail(done, jobs.collect(), cause);
+            }
+            let ended = match ran.failure {
+                None => self.control("RELEASE job"),
+                Some(_) => self.control("ROLLBACK TO job").and_then(|()| self.control("RELEASE job")),
+            };
+            if let Err(e) = ended {
+                done.push(ran);
+                return self.fail(done, jobs.collect(), format!("ending the job's savepoint failed: {e}"));
             }
             if ran.failure.is_some() {
                 ran.effects.clear();
@@ -228,12 +262,11 @@ impl Writer {
             done.push(ran);
         }
         if let Some(pause) = &self.before_commit {
-            pause();
+            pause(&PendingCommit { jobs: done.len(), queue: &self.rx });
         }
-        match self.conn.execute_batch("COMMIT") {
+        match self.control("COMMIT") {
             Ok(()) => {
-                let storage_failed = done.iter().any(|r| matches!(r.failure, Some(StoreError::Unavailable(_))));
-                self.health.set(!storage_failed);
+                self.health.set(true);
                 let effects: Vec<Effect> = done.iter_mut().flat_map(|r| r.effects.drain(..)).collect();
                 self.bus.publish(effects);
                 for ran in done {
@@ -243,6 +276,11 @@ impl Writer {
             // The outcome is unknown to the callers: they retry with the same Idempotency-Key.
             Err(e) => self.fail(done, Vec::new(), format!("COMMIT failed: {e}")),
         }
+    }
+
+    /// Runs one transaction-control statement, prepared once and cached: every job runs two.
+    fn control(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([]).map(drop)
     }
 
     /// The transaction itself failed: roll back, mark storage unhealthy, and fail every job of
@@ -341,5 +379,147 @@ impl Drop for DeathWatch {
         if std::thread::panicking() {
             self.0.set(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::GateId;
+    use crate::store::{Durability, schema};
+
+    /// Runs `jobs` as one batch: they are all queued before the writer starts, so its first
+    /// transaction takes every one. Returns the database, closed and checkpointed.
+    fn run_one_batch(jobs: Vec<Job>, bus: &Arc<Bus>) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writer.db");
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let (tx, rx) = mpsc::channel(jobs.len());
+        for job in jobs {
+            assert!(tx.try_send(Msg::Job(job)).is_ok(), "room for every job");
+        }
+        // No sender left: after the batch the writer sees the end of its queue and closes.
+        drop(tx);
+        let writer = Writer {
+            conn: schema::open_writer(&path, Durability::Normal).unwrap(),
+            rx,
+            bus: Arc::clone(bus),
+            health: Arc::default(),
+            before_commit: None,
+            fault_file: None,
+            runtime: runtime.handle().clone(),
+        };
+        writer.run();
+        (dir, path)
+    }
+
+    /// A job that stores `key` in `meta` and announces `gate`, then ends as `outcome` says.
+    fn insert(
+        key: &str,
+        gate: GateId,
+        outcome: Result<(), StoreError>,
+    ) -> (Job, oneshot::Receiver<Result<(), StoreError>>) {
+        let key = key.to_owned();
+        Job::new(move |conn, effects| {
+            conn.execute("INSERT INTO meta (key, value) VALUES (?1, 'v')", [&key])?;
+            effects.push(Effect::Gate(gate));
+            outcome
+        })
+    }
+
+    fn stored_keys(path: &std::path::Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut keys: Vec<String> = conn
+            .prepare("SELECT key FROM meta WHERE key LIKE 'job-%' ORDER BY key")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn a_job_that_fails_rolls_back_alone_and_its_neighbours_commit() {
+        let bus = Arc::new(Bus::new(0));
+        let gates = [GateId::mint(), GateId::mint(), GateId::mint()];
+        let mut woken: Vec<_> = gates.iter().map(|g| bus.watch_gate(*g)).collect();
+        let (a, a_reply) = insert("job-a", gates[0], Ok(()));
+        let (b, b_reply) = insert("job-b", gates[1], Err(StoreError::Internal("refused after writing".into())));
+        let (c, c_reply) = insert("job-c", gates[2], Ok(()));
+        let (_dir, path) = run_one_batch(vec![a, b, c], &bus);
+
+        assert!(matches!(a_reply.blocking_recv().unwrap(), Ok(())));
+        assert!(matches!(b_reply.blocking_recv().unwrap(), Err(StoreError::Internal(_))));
+        assert!(matches!(c_reply.blocking_recv().unwrap(), Ok(())));
+        assert_eq!(stored_keys(&path), ["job-a", "job-c"], "the failed job's write was rolled back");
+        // Only the committed jobs' effects were published.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        runtime.block_on(async {
+            let within = Duration::from_secs(5);
+            tokio::time::timeout(within, woken[0].changed()).await.expect("job a announced");
+            tokio::time::timeout(within, woken[2].changed()).await.expect("job c announced");
+            let b = tokio::time::timeout(Duration::from_millis(50), woken[1].changed()).await;
+            assert!(b.is_err(), "a failed job announces nothing");
+        });
+    }
+
+    /// A batch of three jobs whose middle one hits `fault`: every job fails with a retryable
+    /// error and nothing of the batch commits.
+    fn storage_fault_mid_batch(fault: fn(&Connection) -> rusqlite::Result<()>) {
+        let bus = Arc::new(Bus::new(0));
+        let (a, a_reply) = insert("job-a", GateId::mint(), Ok(()));
+        let (faulty, faulty_reply) = Job::new(move |conn, _| {
+            conn.execute("INSERT INTO meta (key, value) VALUES ('job-b', 'v')", [])?;
+            Ok(fault(conn)?)
+        });
+        let (c, c_reply) = insert("job-c", GateId::mint(), Ok(()));
+        let (_dir, path) = run_one_batch(vec![a, faulty, c], &bus);
+
+        for (name, reply) in [("before", a_reply), ("failing", faulty_reply), ("after", c_reply)] {
+            let got = reply.blocking_recv().unwrap();
+            assert!(matches!(got, Err(StoreError::Unavailable(_))), "the {name} job: {got:?}");
+        }
+        assert!(stored_keys(&path).is_empty(), "nothing of the batch committed");
+        assert_eq!(*bus.head().borrow(), 0);
+    }
+
+    #[test]
+    fn a_full_disk_mid_batch_fails_every_job_and_commits_none() {
+        // SQLite answers SQLITE_FULL by rolling the whole transaction back.
+        storage_fault_mid_batch(|conn| {
+            let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
+            conn.execute("INSERT INTO meta (key, value) VALUES ('job-big', ?1)", ["x".repeat(64 * 1024)])?;
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_refused_write_mid_batch_fails_every_job_and_commits_none() {
+        // SQLITE_READONLY leaves the transaction open: the writer must roll it back itself.
+        storage_fault_mid_batch(|conn| {
+            conn.execute_batch("PRAGMA query_only = 1")?;
+            conn.execute("INSERT INTO meta (key, value) VALUES ('job-refused', 'v')", [])?;
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_panicking_job_fails_alone() {
+        let bus = Arc::new(Bus::new(0));
+        let (a, a_reply) = insert("job-a", GateId::mint(), Ok(()));
+        let (boom, boom_reply) = Job::new(|conn, _| -> Result<(), StoreError> {
+            conn.execute("INSERT INTO meta (key, value) VALUES ('job-boom', 'v')", [])?;
+            panic!("a bug in a job");
+        });
+        let (c, c_reply) = insert("job-c", GateId::mint(), Ok(()));
+        let (_dir, path) = run_one_batch(vec![a, boom, c], &bus);
+
+        assert!(matches!(a_reply.blocking_recv().unwrap(), Ok(())));
+        assert!(boom_reply.blocking_recv().is_err(), "the panicked job's caller sees no reply");
+        assert!(matches!(c_reply.blocking_recv().unwrap(), Ok(())));
+        assert_eq!(stored_keys(&path), ["job-a", "job-c"]);
     }
 }

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+use gatehouse::store::PendingCommit;
+
 use crate::helpers::{EventStream, NET_TIMEOUT, TestApp, ask, bounded, gate_id, uuid};
 
 /// Pauses the writer before COMMIT while armed, until released.
@@ -26,7 +28,7 @@ async fn nothing_is_observable_before_commit() {
     });
     let hook = Arc::clone(&barrier);
     let app = TestApp::spawn_with(move |args| {
-        args.hooks.before_commit = Some(Arc::new(move || {
+        args.hooks.before_commit = Some(Arc::new(move |_: &PendingCommit<'_>| {
             if hook.armed.swap(false, Ordering::SeqCst) {
                 hook.reached.lock().unwrap().send(()).unwrap();
                 // Bounded, so a broken test cannot wedge the writer forever.

@@ -4,6 +4,7 @@
 mod answers;
 mod auth;
 mod barrier;
+mod batch;
 mod cli;
 mod conformance;
 mod contract;

@@ -1,0 +1,370 @@
+//! What a bench run found, three ways: a table on stdout, JSON (medians where the issue asks for
+//! them, every run beside them) and an SVG chart of the targets.
+
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value, json};
+
+/// One figure, measured once per run.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// Where it goes in the JSON: `ceilings.…` or `gate.…`, with a third part for percentiles.
+    pub path: &'static str,
+    pub unit: &'static str,
+    pub samples: Vec<f64>,
+}
+
+impl Figure {
+    pub fn median(&self) -> f64 {
+        let mut sorted = self.samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        match sorted.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => sorted[n / 2],
+            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        }
+    }
+
+    pub fn min(&self) -> f64 {
+        self.samples.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    pub fn max(&self) -> f64 {
+        self.samples.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
+/// How a target judges its ratio.
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    AtLeast(f64),
+    AtMost(f64),
+    Exactly(f64),
+}
+
+impl Rule {
+    fn met(self, ratio: f64) -> bool {
+        match self {
+            Self::AtLeast(target) => ratio >= target,
+            Self::AtMost(target) => ratio <= target,
+            Self::Exactly(target) => ratio == target,
+        }
+    }
+
+    fn target(self) -> f64 {
+        match self {
+            Self::AtLeast(t) | Self::AtMost(t) | Self::Exactly(t) => t,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Self::AtLeast(t) => format!("≥ {t}"),
+            Self::AtMost(t) => format!("≤ {t}"),
+            Self::Exactly(t) => format!("= {t}"),
+        }
+    }
+}
+
+/// A target of the issue: a gate figure divided by its ceiling (or a figure that is a ratio or a
+/// count itself), judged by a rule.
+struct Target {
+    label: &'static str,
+    figure: &'static str,
+    ceiling: Option<&'static str>,
+    rule: Rule,
+}
+
+const TARGETS: &[Target] = &[
+    Target {
+        label: "answers/s (64 answerers) ÷ raw SQLite claims/s",
+        figure: "gate.answers_per_s_c64",
+        ceiling: Some("ceilings.sqlite_claim_event_txn_per_s"),
+        rule: Rule::AtLeast(1.0),
+    },
+    Target {
+        label: "GET gate/s ÷ axum hello/s",
+        figure: "gate.gate_get_req_per_s",
+        ceiling: Some("ceilings.http_hello_req_per_s"),
+        rule: Rule::AtLeast(0.4),
+    },
+    Target {
+        label: "journal fan-out ÷ bare broadcast fan-out",
+        figure: "gate.sse_fanout_1000_deliveries_per_s",
+        ceiling: Some("ceilings.sse_raw_fanout_deliveries_per_s"),
+        rule: Rule::AtLeast(0.4),
+    },
+    Target {
+        label: "RSS per idle stream ÷ bare idle stream",
+        figure: "gate.sse_idle_bytes_per_conn",
+        ceiling: Some("ceilings.sse_raw_idle_bytes_per_conn"),
+        rule: Rule::AtMost(2.0),
+    },
+    Target {
+        label: "answers/s with 100 stuck streams ÷ without",
+        figure: "gate.stuck_clients_answer_ratio",
+        ceiling: None,
+        rule: Rule::AtLeast(0.9),
+    },
+    Target {
+        label: "winners of a 1000-way race",
+        figure: "gate.race_1000_winners",
+        ceiling: None,
+        rule: Rule::Exactly(1.0),
+    },
+];
+
+/// A target's outcome in one run.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub label: &'static str,
+    pub ratio: f64,
+    pub rule: String,
+    target: f64,
+    pub met: bool,
+}
+
+/// Everything one run measured.
+#[derive(Debug)]
+pub struct Report {
+    pub mode: &'static str,
+    pub sync: &'static str,
+    pub figures: Vec<Figure>,
+    /// The sizes the run used (streams, answerers, racers…), which `--smoke` shrinks.
+    pub sizes: Value,
+    pub seconds: f64,
+}
+
+impl Report {
+    fn figure(&self, path: &str) -> Option<&Figure> {
+        self.figures.iter().find(|f| f.path == path)
+    }
+
+    /// Every target, as ratios of medians.
+    pub fn outcomes(&self) -> Vec<Outcome> {
+        TARGETS
+            .iter()
+            .filter_map(|t| {
+                let figure = self.figure(t.figure)?.median();
+                let ratio = match t.ceiling {
+                    Some(ceiling) => figure / self.figure(ceiling)?.median(),
+                    None => figure,
+                };
+                Some(Outcome {
+                    label: t.label,
+                    ratio,
+                    rule: t.rule.describe(),
+                    target: t.rule.target(),
+                    met: t.rule.met(ratio),
+                })
+            })
+            .collect()
+    }
+
+    /// The JSON document: medians under `ceilings` and `gate` (the keys the issue names), each
+    /// figure's runs under `runs`, the targets, and the sizes used.
+    pub fn json(&self) -> Value {
+        let mut medians = Map::new();
+        let mut runs = Map::new();
+        for figure in &self.figures {
+            insert(&mut medians, figure.path, rounded(figure.median()));
+            let samples = figure.samples.iter().map(|s| rounded(*s)).collect();
+            insert(&mut runs, figure.path, Value::Array(samples));
+        }
+        let targets: Vec<Value> = self
+            .outcomes()
+            .iter()
+            .map(|o| json!({"target": o.label, "ratio": rounded(o.ratio), "rule": o.rule, "met": o.met}))
+            .collect();
+        let mut doc = Map::new();
+        doc.insert("sync".into(), json!(self.sync));
+        doc.insert("mode".into(), json!(self.mode));
+        doc.extend(medians);
+        doc.insert("runs".into(), Value::Object(runs));
+        doc.insert("targets".into(), Value::Array(targets));
+        doc.insert("sizes".into(), self.sizes.clone());
+        doc.insert("seconds".into(), rounded(self.seconds));
+        Value::Object(doc)
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let runs = self.figures.first().map_or(0, |f| f.samples.len());
+        let mut out = format!(
+            "gatehouse bench ({}, sync={}): {runs} runs per figure, median [min – max], in {:.0} s\n",
+            self.mode, self.sync, self.seconds
+        );
+        let mut group = "";
+        for figure in &self.figures {
+            let (this_group, name) = figure.path.split_once('.').unwrap_or(("", figure.path));
+            if this_group != group {
+                group = this_group;
+                let _ = writeln!(out, "\n{group}");
+            }
+            let _ = writeln!(
+                out,
+                "  {name:<38} {:>12}  [{} – {}]  {}",
+                human(figure.median()),
+                human(figure.min()),
+                human(figure.max()),
+                figure.unit
+            );
+        }
+        let _ = writeln!(out, "\ntargets (ratios of the medians above)");
+        for o in self.outcomes() {
+            let verdict = if o.met { "met" } else { "MISSED" };
+            let _ = writeln!(out, "  {:<48} {:>8}  target {:<6} {verdict}", o.label, human(o.ratio), o.rule);
+        }
+        out
+    }
+
+    /// A bar per target: the ratio against a line at the target, green when met.
+    pub fn svg(&self) -> String {
+        const WIDTH: f64 = 820.0;
+        const LABEL: f64 = 340.0;
+        const BAR: f64 = 330.0;
+        const ROW: f64 = 40.0;
+        const TOP: f64 = 56.0;
+        let outcomes = self.outcomes();
+        let height = TOP + ROW * outcomes.len() as f64 + 30.0;
+        let mut svg = format!(
+            r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="13">
+<rect width="100%" height="100%" fill="white"/>
+<text x="12" y="24" font-size="16" font-weight="bold">gatehouse bench ({mode}, sync={sync}): each target as a ratio from one run</text>
+<text x="12" y="44" fill="#555">bar: the ratio; dashed line: the target; green: met, red: missed</text>
+"##,
+            mode = self.mode,
+            sync = self.sync
+        );
+        for (row, o) in outcomes.iter().enumerate() {
+            let y = TOP + ROW * row as f64;
+            // Each row has its own scale, so a target of 0.4 and one of 2 both read well.
+            let scale = BAR / (o.target * 2.0).max(o.ratio * 1.1).max(f64::MIN_POSITIVE);
+            let bar = (o.ratio * scale).clamp(0.0, BAR);
+            let line = LABEL + o.target * scale;
+            let colour = if o.met { "#2e7d32" } else { "#c62828" };
+            let _ = write!(
+                svg,
+                r##"<text x="12" y="{ty}">{label}</text>
+<rect x="{LABEL}" y="{y0}" width="{bar:.1}" height="20" fill="{colour}"/>
+<line x1="{line:.1}" y1="{l0}" x2="{line:.1}" y2="{l1}" stroke="#222" stroke-dasharray="4 3"/>
+<text x="{tx}" y="{ty}">{ratio} (target {rule})</text>
+"##,
+                ty = y + 15.0,
+                label = escape(o.label),
+                y0 = y,
+                l0 = y - 4.0,
+                l1 = y + 24.0,
+                tx = LABEL + BAR + 12.0,
+                ratio = human(o.ratio),
+                rule = escape(&o.rule),
+            );
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
+/// Puts `value` at a dotted `path` inside nested objects.
+fn insert(root: &mut Map<String, Value>, path: &str, value: Value) {
+    match path.split_once('.') {
+        None => {
+            root.insert(path.to_owned(), value);
+        }
+        Some((head, rest)) => {
+            let child = root.entry(head.to_owned()).or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(child) = child {
+                insert(child, rest, value);
+            }
+        }
+    }
+}
+
+/// Whole numbers from 1000 up, four significant digits below: precise enough for a noisy
+/// machine, and never rounded down to a misleading zero.
+fn rounded(value: f64) -> Value {
+    if !value.is_finite() {
+        return Value::Null;
+    }
+    if value.abs() >= 1000.0 || value.fract() == 0.0 {
+        return json!(value.round() as i64);
+    }
+    let digits = 3 - value.abs().log10().floor() as i32;
+    let factor = 10f64.powi(digits);
+    json!((value * factor).round() / factor)
+}
+
+/// `12,345` from 1000 up, four significant digits below.
+fn human(value: f64) -> String {
+    match rounded(value) {
+        Value::Number(n) if n.is_i64() => {
+            let digits = n.to_string();
+            let (sign, digits) = digits.strip_prefix('-').map_or(("", digits.as_str()), |d| ("-", d));
+            let mut grouped = String::new();
+            for (i, c) in digits.chars().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 {
+                    grouped.push(',');
+                }
+                grouped.push(c);
+            }
+            format!("{sign}{grouped}")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(path: &'static str, samples: &[f64]) -> Figure {
+        Figure { path, unit: "", samples: samples.to_vec() }
+    }
+
+    #[test]
+    fn medians_and_ranges() {
+        let f = figure("gate.x", &[3.0, 1.0, 2.0]);
+        assert_eq!((f.median(), f.min(), f.max()), (2.0, 1.0, 3.0));
+        assert_eq!(figure("gate.x", &[1.0, 2.0, 3.0, 10.0]).median(), 2.5);
+    }
+
+    #[test]
+    fn numbers_are_rounded_for_people_but_never_to_zero() {
+        assert_eq!(rounded(12345.6), json!(12346));
+        assert_eq!(rounded(1.23456), json!(1.235));
+        assert_eq!(rounded(0.000_123_456), json!(0.0001235));
+        assert_eq!(rounded(1.0), json!(1));
+        assert_eq!(human(1_234_567.0), "1,234,567");
+        assert_eq!(human(0.5), "0.5");
+    }
+
+    #[test]
+    fn json_nests_medians_where_the_issue_names_them_and_judges_targets() {
+        let report = Report {
+            mode: "smoke",
+            sync: "full",
+            figures: vec![
+                figure("ceilings.sqlite_claim_event_txn_per_s", &[1000.0, 1100.0, 900.0]),
+                figure("gate.answers_per_s_c64", &[2000.0, 2100.0, 1900.0]),
+                figure("gate.answer_to_agent_ms.p50", &[1.5, 1.25, 2.0]),
+                figure("gate.race_1000_winners", &[1.0, 1.0, 1.0]),
+            ],
+            sizes: json!({}),
+            seconds: 1.0,
+        };
+        let doc = report.json();
+        assert_eq!(doc["sync"], "full");
+        assert_eq!(doc["gate"]["answers_per_s_c64"], 2000);
+        assert_eq!(doc["gate"]["answer_to_agent_ms"]["p50"], 1.5);
+        assert_eq!(doc["runs"]["ceilings"]["sqlite_claim_event_txn_per_s"], json!([1000, 1100, 900]));
+        let targets = doc["targets"].as_array().unwrap();
+        assert_eq!(targets.len(), 2, "only targets whose figures were measured");
+        assert_eq!((targets[0]["ratio"].clone(), targets[0]["met"].clone()), (json!(2), json!(true)));
+        assert_eq!(targets[1]["met"], true);
+        assert!(report.svg().starts_with("<svg") && report.table().contains("met"));
+    }
+}

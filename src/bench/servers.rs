@@ -1,0 +1,113 @@
+//! The servers under test: child processes of this very binary on loopback ports the OS picks,
+//! `gatehouse serve` on a temporary database and the bare ceiling server. Each is a real separate
+//! process, so its memory can be read from `/proc` and it shares nothing with the load generator.
+//! Dropping one kills it by its PID and reaps it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::BenchError;
+use crate::config::SyncMode;
+
+/// How long a server may take to say where it listens.
+const STARTUP: Duration = Duration::from_secs(30);
+
+/// A server child process.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// `gatehouse serve` in open mode on loopback (no tokens file, so no credentials needed).
+    pub async fn gatehouse(db: &Path, sync: SyncMode, max_streams: usize) -> Result<Self, BenchError> {
+        let max_streams = max_streams.to_string();
+        let mut command = Self::command();
+        command.args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--sync",
+            sync.as_str(),
+            "--max-streams",
+            &max_streams,
+            "--db",
+        ]);
+        command.arg(db);
+        Self::start("gatehouse", command).await
+    }
+
+    /// The bare axum server (`gatehouse bench-ceiling`).
+    pub async fn ceiling() -> Result<Self, BenchError> {
+        let mut command = Self::command();
+        command.args(["bench-ceiling", "--bind", "127.0.0.1:0"]);
+        Self::start("the ceiling server", command).await
+    }
+
+    fn command() -> Command {
+        let exe = std::env::current_exe().expect("the running binary has a path");
+        let mut command = Command::new(exe);
+        // Its own default log level: a RUST_LOG meant for the bench must not slow the server.
+        command.env_remove("RUST_LOG").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        command
+    }
+
+    async fn start(name: &str, mut command: Command) -> Result<Self, BenchError> {
+        let mut child = command.spawn().map_err(|e| BenchError(format!("cannot start {name}: {e}")))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = oneshot::channel();
+        let label = name.to_owned();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let listening =
+                    line.split("listening on http://").nth(1).and_then(|rest| rest.split_whitespace().next());
+                match (listening.and_then(|a| a.parse::<SocketAddr>().ok()), tx.take()) {
+                    (Some(addr), Some(tx)) => {
+                        let _ = tx.send(addr);
+                    }
+                    (_, unsent) => {
+                        tx = unsent;
+                        // Keep draining the pipe; show only what may explain odd figures or a
+                        // server that would not start.
+                        if line.contains("WARN") || line.contains("ERROR") || line.starts_with("gatehouse") {
+                            eprintln!("  [{label}] {line}");
+                        }
+                    }
+                }
+            }
+        });
+        let mut server = Self { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)) };
+        match tokio::time::timeout(STARTUP, rx).await {
+            Ok(Ok(addr)) => {
+                server.addr = addr;
+                Ok(server)
+            }
+            _ => Err(BenchError(format!("{name} did not say where it listens within {STARTUP:?}"))),
+        }
+    }
+
+    /// The process's resident memory now (`VmRSS` of `/proc/PID/status`).
+    pub fn rss_bytes(&self) -> Result<u64, BenchError> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .ok_or_else(|| BenchError("no VmRSS in /proc/PID/status".into()))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // By PID: the child this bench started, nothing else.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

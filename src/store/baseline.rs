@@ -1,0 +1,84 @@
+//! The write path with nothing around it, for the SQLite ceiling of `gatehouse bench`: the same
+//! file, schema, pragmas and claim statements as the server, but one `BEGIN IMMEDIATE … COMMIT`
+//! per answer on the calling thread: no HTTP, no writer thread, no group commit. What the server
+//! must beat.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+use serde_json::json;
+
+use super::gates::{self, AnswerOutcome, Idempotency, OpenOutcome};
+use super::{Durability, OpenError, StoreError, schema};
+use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, SessionId, gate::MAX_TIMEOUT_NANOS};
+
+/// A database on which gates are opened in bulk, then answered one transaction each.
+pub struct OneTransactionPerAnswer {
+    conn: Connection,
+    link_key: Vec<u8>,
+    /// Opened and not yet answered.
+    open: Vec<(SessionId, GateId)>,
+}
+
+impl OneTransactionPerAnswer {
+    /// Opens (and creates) the database at `path` as the server would.
+    pub fn open(path: &Path, durability: Durability) -> Result<Self, OpenError> {
+        let conn = schema::open_writer(path, durability)?;
+        let link_key: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get(0))
+            .map_err(|e| OpenError::Database(format!("{}: cannot read the server key: {e}", path.display())))?;
+        Ok(Self { conn, link_key: link_key.into_bytes(), open: Vec::new() })
+    }
+
+    /// Opens `count` free-text gates in one transaction (the setup, not what is measured). A
+    /// session holds at most 1000 of them, so they are spread over several.
+    pub fn open_gates(&mut self, count: usize) -> Result<(), StoreError> {
+        const PER_SESSION: usize = 1000;
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let mut session = SessionId::parse(&uuid::Uuid::new_v4().to_string()).expect("a fresh UUID");
+        for n in 0..count {
+            if n % PER_SESSION == 0 {
+                session = SessionId::parse(&uuid::Uuid::new_v4().to_string()).expect("a fresh UUID");
+            }
+            let (loop_id, tool) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
+            let body = json!({"loop_id": loop_id, "tool_execution_id": tool,
+                              "question": format!("Baseline question {n}?")});
+            let ask = serde_json::from_value::<OpenGateIn>(body)
+                .ok()
+                .and_then(|open| open.validate(MAX_TIMEOUT_NANOS).ok())
+                .ok_or_else(|| StoreError::Internal("the baseline question is invalid".into()))?;
+            match gates::open(&self.conn, session, &ask, PER_SESSION, &self.link_key, &mut Vec::new())? {
+                OpenOutcome::Created(view) => self.open.push((session, view.gate_id)),
+                other => return Err(StoreError::Internal(format!("opening a baseline gate: {other:?}"))),
+            }
+        }
+        self.conn.execute_batch("COMMIT")?;
+        Ok(())
+    }
+
+    /// Answers every open gate, each in its own transaction, exactly as the server's claim does
+    /// (conditional update, `GateResolved`, inbox command, idempotency record). Returns how many.
+    pub fn answer_all(&mut self) -> Result<usize, StoreError> {
+        let values = json!({"answer": "yes"});
+        let values = values.as_object().expect("an object");
+        let answered = self.open.len();
+        for (n, (session, gate_id)) in std::mem::take(&mut self.open).into_iter().enumerate() {
+            let gate = gates::find(&self.conn, gate_id)?
+                .ok_or_else(|| StoreError::Internal(format!("baseline gate {gate_id} vanished")))?
+                .gate()?;
+            let answer = Answer::check(&gate, Some("answer"), Some(values))
+                .map_err(|e| StoreError::Internal(format!("the baseline answer does not fit: {e:?}")))?;
+            let key = Idempotency { key: format!("baseline-{n}"), fingerprint: Some(answer.fingerprint()) };
+            let by = AnsweredBy::Person { principal: None };
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            match gates::answer(&self.conn, session, gate_id, &answer, Some(&key), &by, &mut Vec::new()) {
+                Ok(AnswerOutcome::Accepted { .. }) => self.conn.execute_batch("COMMIT")?,
+                outcome => {
+                    self.conn.execute_batch("ROLLBACK")?;
+                    return Err(StoreError::Internal(format!("a baseline answer was not accepted: {outcome:?}")));
+                }
+            }
+        }
+        Ok(answered)
+    }
+}
