@@ -1,13 +1,17 @@
 // The inbox page against a gatehouse with a tokens file (spec §10), in a real headless Chromium: the
 // login form, the HttpOnly cookie it trades a token for (which survives a restart), answers recorded
-// under the token's name, the page refusing agent tokens, and no secret ever in the server's log.
+// under the token's name, the page refusing agent tokens, and no secret ever in the server's log;
+// and the refusals that keep other pages away: a page of another origin cannot answer with the
+// login cookie (CSRF), and a hostname rebound to the loopback is not served (DNS rebinding).
 // Run with `node --test` (see run.sh).
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
 import path from 'node:path';
 import {
   TEST_TIMEOUT,
+  WAIT,
   api,
   createWorld,
   launchBrowser,
@@ -18,6 +22,7 @@ import {
   sleep,
   stopServer,
   waitForText,
+  watchProblems,
   withToken,
   writeTokensFile,
 } from './harness.mjs';
@@ -332,4 +337,189 @@ test('without a tokens file the page needs no login', { timeout: TEST_TIMEOUT },
   assert.equal(login.status, 204);
   base.assertNoProblems();
   base.assertNotLogged([WRONG_SECRET]);
+});
+
+// ---- other pages: CSRF and DNS rebinding (spec §10) -------------------------------------------------
+
+/**
+ * A site of its own on another 127.0.0.1 port: `pages` maps a path to the HTML it serves. A real
+ * server rather than `page.route`, because while any route is set Playwright answers CORS preflights
+ * itself (allowing everything), and the browser's own preflight is part of what is shown here.
+ * Stopped after the test.
+ * @param {{ onCleanup: (cleanup: () => Promise<unknown>) => void }} world the test's world
+ * @param {Record<string, string>} pages
+ * @returns {Promise<string>} its origin, e.g. `http://127.0.0.1:41235`
+ */
+function startOtherSite(world, pages) {
+  const site = createServer((request, response) => {
+    const html = pages[new URL(request.url, 'http://site').pathname];
+    response.writeHead(html ? 200 : 404, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store' });
+    response.end(html ?? 'not here');
+  });
+  world.onCleanup(() => {
+    site.closeAllConnections();
+    return new Promise((resolve) => site.close(resolve));
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the other site did not start in time')), WAIT);
+    site.once('error', reject);
+    site.listen(0, '127.0.0.1', () => {
+      clearTimeout(timer);
+      resolve(`http://127.0.0.1:${site.address().port}`);
+    });
+  });
+}
+
+/** Whether a response answers a POST to the gate's answer route. */
+const answersGate = (view) => (response) => response.request().method() === 'POST' && new URL(response.url()).pathname === answerPath(view);
+
+test('a page of another origin cannot answer with the login cookie: simple requests get 403, a JSON request never passes the preflight, the gate stays open', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+  const page = await world.page();
+  await waitForLoginForm(page);
+  await logIn(page, world.tokens.responder);
+  // The attacker's answer is one of the gate's choices, so nothing about the answer itself is wrong.
+  const gate = await openGate(world.as('agent'), { question: 'Wire the funds to the new account?', choices: ['keep', 'evil'] });
+  await openCard(page, gate).waitFor();
+
+  const target = world.server.url + answerPath(gate);
+  const body = JSON.stringify({ action: 'answer', values: { answer: 'evil' } });
+  const other = await startOtherSite(world, {
+    // Its script makes the requests any page's script may make; the test calls them one by one.
+    '/': `<!doctype html><title>Free prizes</title><script>
+      const target = ${JSON.stringify(target)};
+      const body = ${JSON.stringify(body)};
+      window.attack = {
+        async simple() {
+          const response = await fetch(target, { method: 'POST', credentials: 'include', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' }, body });
+          return response.type;
+        },
+        async json() {
+          try {
+            const response = await fetch(target, { method: 'POST', credentials: 'include', headers: { 'Content-Type': 'application/json' }, body });
+            return 'sent: ' + response.status;
+          } catch (error) {
+            return error.name;
+          }
+        },
+      };
+    </script>`,
+    // A form that posts itself as soon as it is loaded; text/plain makes its body valid JSON:
+    // the name is the JSON up to a string, the value closes it.
+    '/form': `<!doctype html><title>Free prizes</title>
+      <form method="POST" enctype="text/plain" action="${target}"><input type="hidden" name='{"action":"answer","values":{"answer":"evil"},"padding":"' value='"}'></form>
+      <script>document.forms[0].submit();</script>`,
+  });
+  assert.notEqual(new URL(other).origin, new URL(world.server.url).origin);
+
+  // The victim opens the other site in a tab of the same browser, which holds the login cookie.
+  // SameSite=Strict does not keep the cookie back here: 127.0.0.1:<one port> and 127.0.0.1:<another>
+  // are different origins but the SAME site (a site ignores the port), so the browser sends the
+  // cookie with every one of these requests. That is why the server also checks Content-Type and
+  // Origin on requests the cookie authenticates.
+  const attacker = await page.context().newPage();
+  watchProblems(attacker);
+  const answered = [];
+  attacker.on('response', (response) => answersGate(gate)(response) && answered.push(response));
+  await attacker.goto(`${other}/`);
+
+  // (a) A no-cors fetch: sent as is, its answer opaque to the script (and its body kept from
+  // devtools too), but the browser saw its status: 403, where a request without the cookie gets
+  // 401 (and not the 415 a text/plain body gets past the guard), so the cookie went along and the
+  // guard refused it.
+  const simple = attacker.waitForResponse(answersGate(gate));
+  assert.equal(await attacker.evaluate(() => window.attack.simple()), 'opaque');
+  assert.equal((await simple).status(), 403);
+
+  // (b) A fetch with Content-Type: application/json needs a CORS preflight, which the server does
+  // not grant without --cors-origin: the browser never sends the POST.
+  assert.equal(await attacker.evaluate(() => window.attack.json()), 'TypeError');
+  await sleep(300); // room for a response that should not come
+  assert.equal(answered.length, 1, 'the JSON POST was never answered, as it was never sent');
+
+  // (c) The auto-submitted form: a top-level navigation, whose response is the server's JSON 403
+  // (readable here, unlike the opaque one), naming the cookie.
+  const form = attacker.waitForResponse(answersGate(gate));
+  await attacker.goto(`${other}/form`, { waitUntil: 'commit' });
+  const formResponse = await form;
+  assert.equal(formResponse.status(), 403);
+  const formError = (await formResponse.json()).error;
+  assert.equal(formError.code, 'forbidden');
+  assert.match(formError.message, /login cookie must send JSON/);
+  await attacker.waitForURL(target);
+  assert.equal(JSON.parse(await attacker.locator('body').textContent()).error.code, 'forbidden', 'the tab shows the refusal');
+  assert.equal(answered.length, 2);
+
+  // Nothing the other site did answered the gate.
+  const stored = await readGate(world.as('admin'), gate);
+  assert.equal(stored.state, 'open');
+  assert.equal(stored.answer ?? null, null);
+  assert.deepEqual(attacker.problems, []);
+
+  // The cookie itself was good: the inbox's own tab answers with it.
+  assert.equal(await clickChoice(page, gate, 'keep'), 202);
+  await waitForText(resolvedItem(page, gate).getByTestId('answer'), 'keep');
+  const answer = await readGate(world.as('admin'), gate);
+  assert.equal(answer.answer, 'keep');
+  assert.equal(answer.resolution.source.principal, 'alice');
+
+  world.assertNoProblems();
+  world.assertNoSecretLogged();
+});
+
+/** A made-up hostname that the rebinding browser resolves to 127.0.0.1, as a rebound DNS name would. */
+const REBIND_HOST = 'rebind.test';
+
+test('a hostname rebound to the loopback gets 403 for the page and the API, even in open mode; 127.0.0.1 and --allowed-host are served', { timeout: TEST_TIMEOUT }, async (t) => {
+  // A browser of its own, whose resolver maps the made-up name to the server's address.
+  const rebinding = await launchBrowser([`--host-resolver-rules=MAP ${REBIND_HOST} 127.0.0.1`]);
+  const world = await createWorld(t, rebinding, 'gatehouse-rebind-');
+  world.onCleanup(() => rebinding.close());
+  // Open mode: no tokens, no cookie, so the Host check is the only thing between a rebinding page
+  // and the API.
+  const server = await world.startServer('open.db');
+  const gate = await openGate(server, { question: 'Guarded by the Host check alone?', choices: ['yes', 'no'] });
+
+  const page = await world.newPage();
+  const rebound = `http://${REBIND_HOST}:${server.port}`;
+  const response = await page.goto(`${rebound}/`);
+  assert.equal(response.status(), 403);
+  const refusal = (await response.json()).error;
+  assert.equal(refusal.code, 'forbidden');
+  assert.match(refusal.message, /DNS-rebinding/);
+
+  // The tab now shows the refusal, but its origin is the rebound name's: a script run in it is what
+  // a rebinding page's own script would be, and every request it makes to the API (same-origin, so
+  // no CORS stands in the way) is refused too.
+  const statuses = await page.evaluate(
+    async ({ answerRoute, secret }) => {
+      const post = (route, body) => fetch(route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      return {
+        origin: location.origin,
+        list: (await fetch('/v1/gates')).status,
+        answer: (await post(answerRoute, { action: 'answer', values: { answer: 'no' } })).status,
+        login: (await post('/v1/login', { token: secret })).status,
+      };
+    },
+    { answerRoute: answerPath(gate), secret: WRONG_SECRET },
+  );
+  assert.deepEqual(statuses, { origin: rebound, list: 403, answer: 403, login: 403 });
+  assert.equal((await readGate(server, gate)).state, 'open', 'the rebinding page answered nothing');
+
+  // The same server by its address serves the page, in the same browser.
+  const direct = await page.goto(`${server.url}/`);
+  assert.equal(direct.status(), 200);
+  await waitForConnection(page, 'live');
+  await openCard(page, gate).waitFor();
+
+  // And a name the server is told about is served like 127.0.0.1, the API included.
+  const allowing = await world.startServer('allowed.db', { args: ['--allowed-host', REBIND_HOST] });
+  const welcome = await openGate(allowing, { question: 'Served under the allowed name?', choices: ['yes'] });
+  const allowed = await page.goto(`http://${REBIND_HOST}:${allowing.port}/`);
+  assert.equal(allowed.status(), 200);
+  await waitForConnection(page, 'live');
+  await openCard(page, welcome).waitFor();
+
+  world.assertNoProblems();
+  world.assertNotLogged([WRONG_SECRET]);
 });

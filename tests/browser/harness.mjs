@@ -31,10 +31,11 @@ export const TEST_TIMEOUT = 60_000;
 
 /**
  * Makes sure the screenshots directory exists and launches a headless Chromium; meant for a test
- * file's `before` hook (close it in `after`).
+ * file's `before` hook (close it in `after`), or for a test that needs a browser of its own.
+ * @param {string[]} [extraArgs] more Chromium switches, e.g. `--host-resolver-rules=…`
  * @returns {Promise<import('playwright-core').Browser>}
  */
-export async function launchBrowser() {
+export async function launchBrowser(extraArgs = []) {
   await mkdir(screenshots, { recursive: true });
   return chromium.launch({
     executablePath: chromiumPath,
@@ -47,6 +48,7 @@ export async function launchBrowser() {
       '--disable-component-update',
       '--disable-sync',
       '--no-first-run',
+      ...extraArgs,
     ],
   });
 }
