@@ -299,6 +299,8 @@ async fn loopback_binds_serve_only_known_host_names() {
     }
     for host in ["evil.example", "127.0.0.2", "localhost.evil.example"] {
         let resp = app.send(Method::GET, "/v1/gates", &[("host", host)], None).await;
+        // Errors too are only ever what their Content-Type says.
+        assert_eq!(resp.headers["x-content-type-options"], "nosniff");
         resp.expect_error(403, "forbidden");
     }
     // Open routes too: a rebinding page must not even read the contract.
