@@ -310,35 +310,30 @@ async fn loopback_binds_serve_only_known_host_names() {
 #[test]
 fn a_public_bind_needs_tokens_or_an_explicit_opt_in() {
     let (dir, db) = temp_db();
-    let db_arg = db.as_os_str();
-    let run = |extra: &[&str]| {
-        let mut args: Vec<&std::ffi::OsStr> = vec!["serve".as_ref(), "--db".as_ref(), db_arg];
-        args.extend(extra.iter().map(std::ffi::OsStr::new));
-        ServerProcess::run_to_exit(&args)
-    };
+    let run = |bind: &str, extra: &[&str]| ServerProcess::serve_to_exit(&db, bind, extra);
     // 192.0.2.1 (TEST-NET-1) is never this machine's: once the security check passes, binding it
     // fails, so nothing ever listens on a public address.
-    let (code, stderr) = run(&["--bind", "192.0.2.1:0"]);
+    let (code, stderr) = run("192.0.2.1:0", &[]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("refusing to listen on 192.0.2.1:0 without --tokens-file"), "{stderr}");
-    let (code, stderr) = run(&["--bind", "0.0.0.0:0"]);
+    let (code, stderr) = run("0.0.0.0:0", &[]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("refusing to listen"), "{stderr}");
 
-    let (code, stderr) = run(&["--bind", "192.0.2.1:0", "--insecure-public-bind"]);
+    let (code, stderr) = run("192.0.2.1:0", &["--insecure-public-bind"]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("cannot listen on 192.0.2.1:0"), "the opt-in passes the check: {stderr}");
     let tokens = tokens_file(&db);
-    let (code, stderr) = run(&["--bind", "192.0.2.1:0", "--tokens-file", tokens.to_str().unwrap()]);
+    let (code, stderr) = run("192.0.2.1:0", &["--tokens-file", tokens.to_str().unwrap()]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("cannot listen on 192.0.2.1:0"), "a tokens file passes the check: {stderr}");
 
-    let (code, stderr) = run(&["--bind", "0.0.0.0:0", "--insecure-public-bind"]);
+    let (code, stderr) = run("0.0.0.0:0", &["--insecure-public-bind"]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("--public-url is required"), "{stderr}");
 
     std::fs::write(&tokens, "admin webhook a-secret-of-enough-length\n").unwrap();
-    let (code, stderr) = run(&["--tokens-file", tokens.to_str().unwrap()]);
+    let (code, stderr) = run("127.0.0.1:0", &["--tokens-file", tokens.to_str().unwrap()]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("tokens file line 1") && stderr.contains("reserved"), "{stderr}");
     drop(dir);

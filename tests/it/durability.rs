@@ -115,13 +115,7 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
 async fn a_second_server_on_the_same_database_refuses_to_start() {
     let (_dir, db) = temp_db();
     let first = ServerProcess::start(&db);
-    let (code, stderr) = ServerProcess::run_to_exit(&[
-        OsStr::new("serve"),
-        OsStr::new("--bind"),
-        OsStr::new("127.0.0.1:0"),
-        OsStr::new("--db"),
-        db.as_os_str(),
-    ]);
+    let (code, stderr) = ServerProcess::serve_to_exit(&db, "127.0.0.1:0", &[]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("in use by another gatehouse server"), "a clear message: {stderr}");
     // The first one is unaffected.
@@ -131,15 +125,7 @@ async fn a_second_server_on_the_same_database_refuses_to_start() {
 #[test]
 fn unusable_database_files_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let start = |db: &std::path::Path| {
-        ServerProcess::run_to_exit(&[
-            OsStr::new("serve"),
-            OsStr::new("--bind"),
-            OsStr::new("127.0.0.1:0"),
-            OsStr::new("--db"),
-            db.as_os_str(),
-        ])
-    };
+    let start = |db: &std::path::Path| ServerProcess::serve_to_exit(db, "127.0.0.1:0", &[]);
 
     let garbage = dir.path().join("garbage.db");
     std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
@@ -227,13 +213,7 @@ async fn a_truncated_database_gives_a_clear_error_at_start() {
     for keep in [full.len() / 2, full.len() - 4096, 4096, 100] {
         let cut = db.with_file_name(format!("cut-{keep}.db"));
         std::fs::write(&cut, &full[..keep]).unwrap();
-        let (code, stderr) = ServerProcess::run_to_exit(&[
-            OsStr::new("serve"),
-            OsStr::new("--bind"),
-            OsStr::new("127.0.0.1:0"),
-            OsStr::new("--db"),
-            cut.as_os_str(),
-        ]);
+        let (code, stderr) = ServerProcess::serve_to_exit(&cut, "127.0.0.1:0", &[]);
         assert_eq!(code, Some(1), "{keep} bytes: {stderr}");
         assert!(!stderr.contains("panicked"), "{keep} bytes: {stderr}");
         let said = stderr.lines().last().unwrap_or_default();

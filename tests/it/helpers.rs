@@ -370,7 +370,7 @@ fn binary() -> Command {
 }
 
 /// Forwards a child's stderr lines to a channel (and to the test output).
-fn collectstderr(child: &mut Child) -> mpsc::Receiver<String> {
+fn collect_stderr(child: &mut Child) -> mpsc::Receiver<String> {
     let stderr = child.stderr.take().expect("piped stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -409,7 +409,7 @@ impl ServerProcess {
             .envs(env.iter().copied())
             .spawn()
             .expect("start gatehouse");
-        let stderr = collectstderr(&mut child);
+        let stderr = collect_stderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -436,10 +436,19 @@ impl ServerProcess {
         self.stderr.try_iter().collect()
     }
 
+    /// Runs `gatehouse serve --bind BIND --db DB EXTRA…` to completion (bounded), for servers that
+    /// must refuse to start; returns the exit code and stderr.
+    pub fn serve_to_exit(db: &Path, bind: &str, extra: &[&str]) -> (Option<i32>, String) {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["serve".as_ref(), "--bind".as_ref(), bind.as_ref(), "--db".as_ref()];
+        args.push(db.as_os_str());
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        Self::run_to_exit(&args)
+    }
+
     /// Runs `gatehouse ARGS…` to completion (bounded), returning its exit code and stderr.
     pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
         let mut child = binary().args(args).spawn().expect("start gatehouse");
-        let stderr = collectstderr(&mut child);
+        let stderr = collect_stderr(&mut child);
         let code = wait_bounded(&mut child, NET_TIMEOUT).unwrap_or_else(|| {
             let _ = child.kill();
             panic!("gatehouse did not exit")

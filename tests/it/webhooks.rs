@@ -352,13 +352,7 @@ fn unsafe_or_unsigned_webhook_settings_refuse_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let secret = secret_file(dir.path());
     let db = dir.path().join("x.db");
-    let start = |extra: &[&str]| {
-        let mut args: Vec<std::ffi::OsString> =
-            vec!["serve".into(), "--bind".into(), "127.0.0.1:0".into(), "--db".into(), db.clone().into()];
-        args.extend(extra.iter().map(Into::into));
-        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-        ServerProcess::run_to_exit(&refs)
-    };
+    let start = |extra: &[&str]| ServerProcess::serve_to_exit(&db, "127.0.0.1:0", extra);
     let secret = secret.to_string_lossy().into_owned();
     let (code, stderr) = start(&["--webhook-url", "http://127.0.0.1:9/hook", "--webhook-secret-file", &secret]);
     assert_eq!(code, Some(1));
