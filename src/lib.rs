@@ -110,19 +110,17 @@ pub async fn run(
             return Err(ServeError::Webhooks(e));
         }
     };
-    let signed_answers = webhook_secret.is_some();
     let state = AppState::new(Handles {
         store: store.clone(),
-        limits: Arc::new(Limits {
+        limits: Limits {
             max_body: args.max_body,
             heartbeat: args.heartbeat,
             max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
             max_open_gates: args.max_open_gates as usize,
-        }),
-        webhook_secret,
+        },
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
-        auth: Arc::new(Auth::new(security, store.link_key(), signed_answers)),
+        auth: Arc::new(Auth::new(security, store.link_key(), webhook_secret)),
     });
     match state.auth.security.tokens() {
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),

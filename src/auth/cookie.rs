@@ -8,7 +8,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use super::tokens::Token;
+use std::sync::Arc;
+
+use super::tokens::{Token, Tokens};
 
 /// The cookie's name.
 pub const NAME: &str = "gatehouse_login";
@@ -43,28 +45,14 @@ impl CookieKey {
         format!("{payload}.{tag}")
     }
 
-    /// The token name a cookie value claims, before its signature is checked against that
-    /// token (`verify`).
-    pub fn claimed_name(value: &str) -> Option<String> {
-        let (payload, _) = value.split_once('.')?;
+    /// The token a cookie value names, when this key issued it for that token (with its current
+    /// secret) and it has not expired at `now`.
+    pub fn authenticate(&self, value: &str, tokens: &Tokens, now: u64) -> Option<Arc<Token>> {
+        let (payload, tag) = value.split_once('.')?;
         let claims: Claims = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
-        Some(claims.name)
-    }
-
-    /// Whether `value` was issued by this key for `token` and has not expired at `now`.
-    pub fn verify(&self, value: &str, token: &Token, now: u64) -> bool {
-        let Some((payload, tag)) = value.split_once('.') else {
-            return false;
-        };
-        let Ok(tag) = URL_SAFE_NO_PAD.decode(tag) else {
-            return false;
-        };
-        if self.tag(payload, token).verify_slice(&tag).is_err() {
-            return false;
-        }
-        let claims: Option<Claims> =
-            URL_SAFE_NO_PAD.decode(payload).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-        claims.is_some_and(|c| c.name == token.name && now < c.exp)
+        let token = tokens.named(&claims.name)?;
+        self.tag(payload, &token).verify_slice(&URL_SAFE_NO_PAD.decode(tag).ok()?).ok()?;
+        (now < claims.exp).then_some(token)
     }
 
     fn tag(&self, payload: &str, token: &Token) -> Hmac<Sha256> {
@@ -87,28 +75,29 @@ pub fn from_header(header: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::tokens::Tokens;
 
     #[test]
     fn issue_verify_expire_and_rotate() {
         let tokens =
             Tokens::parse("responder alice alice-secret-0123456789\nadmin root root-secret-0123456789").unwrap();
         let alice = tokens.named("alice").unwrap();
-        let root = tokens.named("root").unwrap();
         let key = CookieKey::derive(b"database secret");
         let cookie = key.issue(&alice, 1000);
-        assert_eq!(CookieKey::claimed_name(&cookie).as_deref(), Some("alice"));
-        assert!(key.verify(&cookie, &alice, 1000 + LIFETIME_SECS - 1));
-        assert!(!key.verify(&cookie, &alice, 1000 + LIFETIME_SECS), "expired");
-        assert!(!key.verify(&cookie, &root, 1000), "another token");
-        assert!(!CookieKey::derive(b"another database").verify(&cookie, &alice, 1000), "another key");
+        let named = |key: &CookieKey, value: &str, tokens: &Tokens, now| {
+            key.authenticate(value, tokens, now).map(|token| token.name.clone())
+        };
+        assert_eq!(named(&key, &cookie, &tokens, 1000 + LIFETIME_SECS - 1).as_deref(), Some("alice"));
+        assert_eq!(named(&key, &cookie, &tokens, 1000 + LIFETIME_SECS), None, "expired");
+        assert_eq!(named(&CookieKey::derive(b"another database"), &cookie, &tokens, 1000), None, "another key");
         let rotated = Tokens::parse("responder alice alice-secret-rotated-0123").unwrap();
-        assert!(!key.verify(&cookie, &rotated.named("alice").unwrap(), 1000), "a changed secret ends logins");
+        assert_eq!(named(&key, &cookie, &rotated, 1000), None, "a changed secret ends logins");
+        let removed = Tokens::parse("admin root root-secret-0123456789").unwrap();
+        assert_eq!(named(&key, &cookie, &removed, 1000), None, "a removed token ends logins");
         let (payload, tag) = cookie.split_once('.').unwrap();
         let forged = URL_SAFE_NO_PAD.encode(br#"{"name":"root","exp":99999999999}"#);
-        assert!(!key.verify(&format!("{forged}.{tag}"), &root, 1000));
-        assert!(!key.verify(payload, &alice, 1000));
-        assert!(!key.verify("", &alice, 1000));
+        assert_eq!(named(&key, &format!("{forged}.{tag}"), &tokens, 1000), None, "another token's name");
+        assert_eq!(named(&key, payload, &tokens, 1000), None);
+        assert_eq!(named(&key, "", &tokens, 1000), None);
     }
 
     #[test]

@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 pub use cookie::CookieKey;
 pub use limits::{Limiter, StreamSlot, TokenLimits};
-pub use tokens::{Role, Token, Tokens, TokensError};
+pub use tokens::{PRINCIPAL_LINK, PRINCIPAL_WEBHOOK, Role, Token, Tokens, TokensError};
 
 use crate::config::ServeArgs;
+use crate::webhook::sign::Secret;
 
 /// Who may call a route: one row of the route × role table of spec §10.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +46,7 @@ impl Access {
             Self::Open => vec!["open"],
             Self::Link => vec!["link"],
             Self::Roles(roles) => roles.iter().map(|r| r.name()).collect(),
-            Self::Answer => vec!["responder", "admin", "webhook"],
+            Self::Answer => vec!["responder", "admin", PRINCIPAL_WEBHOOK],
         }
     }
 
@@ -81,7 +82,7 @@ impl Caller {
         match self {
             Self::Anyone => None,
             Self::Token(token) => Some(token.name.clone()),
-            Self::Signature => Some("webhook".into()),
+            Self::Signature => Some(PRINCIPAL_WEBHOOK.into()),
         }
     }
 }
@@ -197,15 +198,15 @@ pub struct Auth {
     pub security: Security,
     pub cookies: CookieKey,
     pub limiter: Option<Arc<Limiter>>,
-    /// Whether a webhook secret can verify signed answers.
-    pub signed_answers: bool,
+    /// Verifies signed webhook answers (`--webhook-secret-file`).
+    pub webhook_secret: Option<Arc<Secret>>,
 }
 
 impl Auth {
-    pub fn new(security: Security, database_secret: &[u8], signed_answers: bool) -> Self {
+    pub fn new(security: Security, database_secret: &[u8], webhook_secret: Option<Arc<Secret>>) -> Self {
         // Per-token limits only with tokens (spec §10).
         let limiter = security.tokens.as_ref().map(|_| Limiter::new(security.limits));
-        Self { security, cookies: CookieKey::derive(database_secret), limiter, signed_answers }
+        Self { security, cookies: CookieKey::derive(database_secret), limiter, webhook_secret }
     }
 
     /// One more stream for the caller: `None` when its token holds its maximum. Open mode and

@@ -35,8 +35,12 @@ impl Role {
     }
 }
 
+/// The principal of answers made through an answer link.
+pub const PRINCIPAL_LINK: &str = "answer-link";
+/// The principal of signed webhook answers made without a token.
+pub const PRINCIPAL_WEBHOOK: &str = "webhook";
 /// Principal names the server itself records; no token may take them.
-pub const RESERVED_NAMES: [&str; 2] = ["answer-link", "webhook"];
+pub const RESERVED_NAMES: [&str; 2] = [PRINCIPAL_LINK, PRINCIPAL_WEBHOOK];
 
 /// Shortest accepted secret: long enough that guessing is hopeless.
 const MIN_SECRET_LEN: usize = 16;

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::fields::{FieldCode, FieldError, pointer_token};
 use super::gate::{ANSWER, Gate};
+use super::ids::GateId;
 
 pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
 const PREVIEW_CHARS: usize = 80;
@@ -29,6 +30,13 @@ pub struct AnswerIn {
     #[serde(default)]
     #[allow(dead_code)]
     source: Option<IgnoredAny>,
+}
+
+impl AnswerIn {
+    /// Whether the body names no gate, or names `gate` (in any letter case).
+    pub fn names_gate(&self, gate: GateId) -> bool {
+        self.gate_id.as_deref().is_none_or(|named| GateId::parse(named).ok() == Some(gate))
+    }
 }
 
 /// Why an answer does not fit its gate.

@@ -6,13 +6,15 @@ use std::fmt;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::HeaderMap;
+use axum::http::header::{AsHeaderName, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
 use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::error::ApiError;
 use crate::http::AppState;
+use crate::webhook::sign;
 
 /// Path parameters; a malformed id is `400 invalid_parameter`.
 pub struct Params<T>(pub T);
@@ -95,35 +97,35 @@ impl<T: DeserializeOwned> FromRequest<AppState> for SignedJsonBody<T> {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let (parts, bytes) = read_json(req, state.limits.max_body).await?;
         let bytes = bytes.ok_or_else(|| ApiError::invalid_body("a JSON body is required"))?;
-        let signed_by = match parts.headers.get("webhook-signature") {
-            None => None,
-            Some(signature) => Some(verify_webhook(state, &parts.headers, signature, &bytes)?),
-        };
+        let signed = parts.headers.contains_key(sign::HEADER_SIGNATURE);
+        let signed_by = if signed { Some(verify_webhook(state, &parts.headers, &bytes)?) } else { None };
         Ok(Self(decode(&bytes)?, signed_by))
     }
 }
 
 /// Checks a Standard Webhooks signature with the configured secret; the `webhook-id` on success.
-fn verify_webhook(
-    state: &AppState,
-    headers: &axum::http::HeaderMap,
-    signature: &axum::http::HeaderValue,
-    body: &[u8],
-) -> Result<String, ApiError> {
-    let secret = state
-        .webhook_secret
-        .as_ref()
-        .ok_or_else(|| ApiError::Unauthorized("signed answers need the server's --webhook-secret-file".into()))?;
-    let text = |v: Option<&axum::http::HeaderValue>| v.and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let id = text(headers.get("webhook-id"));
-    let timestamp = text(headers.get("webhook-timestamp"));
-    let now = crate::domain::Timestamp::now().as_nanos() / 1_000_000_000;
-    crate::webhook::sign::verify(secret, &id, &timestamp, &text(Some(signature)), body, now)
-        .map_err(|e| ApiError::Unauthorized(format!("the webhook signature does not verify: {e}")))?;
-    if id.is_empty() || id.len() > 255 {
+fn verify_webhook(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
+    let secret = state.auth.webhook_secret.as_ref().ok_or_else(no_webhook_secret)?;
+    let id = header_text(headers, sign::HEADER_ID).unwrap_or_default();
+    let timestamp = header_text(headers, sign::HEADER_TIMESTAMP).unwrap_or_default();
+    let signature = header_text(headers, sign::HEADER_SIGNATURE).unwrap_or_default();
+    let now = crate::domain::Timestamp::now().unix_seconds();
+    sign::verify(secret, id, timestamp, signature, body, now).map_err(signature_refused)?;
+    // An empty id is refused by `verify`; a long one could not serve as the idempotency key.
+    if id.len() > 255 {
         return Err(ApiError::Unauthorized("webhook-id must be 1 to 255 characters".into()));
     }
-    Ok(id)
+    Ok(id.to_owned())
+}
+
+/// The 401 of a signed answer to a server without `--webhook-secret-file`.
+pub fn no_webhook_secret() -> ApiError {
+    ApiError::Unauthorized("signed answers need the server's --webhook-secret-file".into())
+}
+
+/// The 401 of a signature that does not verify.
+pub fn signature_refused(e: sign::VerifyError) -> ApiError {
+    ApiError::Unauthorized(format!("the webhook signature does not verify: {e}"))
 }
 
 /// The request's parts and body bytes (`None` for a request without a body), after the media
@@ -161,6 +163,11 @@ async fn read_json(req: Request, max_body: usize) -> Result<(Parts, Option<axum:
         (false, false) => Err(ApiError::UnsupportedMediaType),
         (false, true) => Ok((parts, Some(bytes))),
     }
+}
+
+/// A header's value as text, when present and visible ASCII.
+pub fn header_text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// `application/json`, case-insensitively, with any parameters (`; charset=utf-8`).

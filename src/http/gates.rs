@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
 use super::{AppState, Route, SessionPath, json, limit, wait_deadline, wait_until};
 use crate::auth::Access;
-use crate::auth::Caller;
+use crate::auth::{Caller, PRINCIPAL_WEBHOOK};
 use crate::domain::{
     Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
     OpenGateIn, OpenRejection, SessionId,
@@ -143,9 +143,7 @@ async fn answer_gate(
     if matches!(caller, Caller::Signature) && signed_by.is_none() {
         return Err(ApiError::Unauthorized("this route needs a token or a webhook signature".into()));
     }
-    if let Some(named) = &body.gate_id
-        && GateId::parse(named).ok() != Some(gate_id)
-    {
+    if !body.names_gate(gate_id) {
         return Err(ApiError::invalid_body("gate_id in the body must name the gate in the path"));
     }
     // A signature covers the body, not the path: a signed body must name its gate, or a captured
@@ -157,7 +155,7 @@ async fn answer_gate(
     // A signed answer's `webhook-id` is its idempotency key. The principal is the caller's token
     // name; a signed answer without a token is `webhook`; in open mode an unsigned one has none.
     let (key, principal) = match signed_by {
-        Some(webhook_id) => (Some(webhook_id), caller.principal().or_else(|| Caller::Signature.principal())),
+        Some(webhook_id) => (Some(webhook_id), caller.principal().or_else(|| Some(PRINCIPAL_WEBHOOK.into()))),
         None => (key, caller.principal()),
     };
     let by = AnsweredBy::Person { principal };

@@ -1,7 +1,8 @@
 //! The guard in front of every route: it applies the route's `Access` (spec §10) in the check
-//! order of spec §4.5 — authentication 401 → path 400 → role and session scope 403 → `Host` 403
-//! → the cookie's CSRF rules 403 → the per-token rate limit 429 — and hands the handler its
-//! `Caller`. Query, media type, size and body checks follow in the handler's extractors.
+//! order `openapi.yaml` documents — authentication 401 → path 400 → role and session scope 403 →
+//! `Host` 403 → the cookie's CSRF rules 403 → the per-token rate limit 429 — and hands the
+//! handler its `Caller`. Query, media type, size and body checks follow in the handler's
+//! extractors (spec §4.5 puts the query before the 403; openapi says where this differs).
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::extract::is_json;
+use super::extract::{header_text, is_json, no_webhook_secret, signature_refused};
 use crate::auth::{Access, Auth, Caller, Role, cookie};
 use crate::domain::{CommandId, GateId, LoopId, SessionId};
 use crate::error::ApiError;
@@ -59,7 +60,7 @@ async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError
         }
     }
     let headers = req.headers();
-    let host = req.uri().authority().map(|a| a.as_str()).or_else(|| text(headers, header::HOST));
+    let host = req.uri().authority().map(|a| a.as_str()).or_else(|| header_text(headers, header::HOST));
     if !auth.security.host_allowed(host) {
         return Err(ApiError::Forbidden(format!(
             "the Host {:?} is not served here (a DNS-rebinding guard): use localhost or 127.0.0.1, or start \
@@ -70,11 +71,12 @@ async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError
     let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD);
     if by_cookie && changes_state {
         // A browser sends the cookie with any request to this site; only the page's own script
-        // can send JSON with our Origin (spec §10's CSRF rule).
+        // (or a page of a `--cors-origin`) can send JSON with a trusted Origin (spec §10's CSRF
+        // rule).
         if !headers.get(header::CONTENT_TYPE).is_some_and(|ct| is_json(ct.as_bytes())) {
             return Err(ApiError::Forbidden("requests authenticated by the login cookie must send JSON".into()));
         }
-        if !text(headers, header::ORIGIN).is_some_and(|origin| auth.security.origin_trusted(origin, host)) {
+        if !header_text(headers, header::ORIGIN).is_some_and(|origin| auth.security.origin_trusted(origin, host)) {
             return Err(ApiError::Forbidden(
                 "requests authenticated by the login cookie must come from this server's own pages (Origin)".into(),
             ));
@@ -108,31 +110,27 @@ fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Cal
             None => Err(ApiError::Unauthorized("the bearer token is not valid".into())),
         };
     }
+    let now = crate::domain::Timestamp::now().unix_seconds();
     let login = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(cookie::from_header);
     if let Some(value) = login {
-        let now = crate::domain::Timestamp::now().unix_seconds();
-        let token = cookie::CookieKey::claimed_name(value).and_then(|name| tokens.named(&name));
-        return match token {
-            Some(token) if auth.cookies.verify(value, &token, now) => Ok((Caller::Token(token), true)),
-            _ => Err(ApiError::Unauthorized("the login has expired or is no longer valid; log in again".into())),
+        return match auth.cookies.authenticate(value, tokens, now) {
+            Some(token) => Ok((Caller::Token(token), true)),
+            None => Err(ApiError::Unauthorized("the login has expired or is no longer valid; log in again".into())),
         };
     }
     if access == Access::Answer
-        && let Some(signature) = headers.get("webhook-signature")
+        && let Some(signature) = header_text(headers, sign::HEADER_SIGNATURE)
     {
         // Everything but the MAC is checked now, so an unsigned stranger gets its 401 first; the
         // MAC needs the body and is checked by the body extractor.
-        if !auth.signed_answers {
-            return Err(ApiError::Unauthorized("signed answers need the server's --webhook-secret-file".into()));
-        }
-        let now = i64::try_from(crate::domain::Timestamp::now().unix_seconds()).unwrap_or(i64::MAX);
+        auth.webhook_secret.as_ref().ok_or_else(no_webhook_secret)?;
         sign::check_headers(
-            text(headers, "webhook-id").unwrap_or_default(),
-            text(headers, "webhook-timestamp").unwrap_or_default(),
-            signature.to_str().unwrap_or_default(),
+            header_text(headers, sign::HEADER_ID).unwrap_or_default(),
+            header_text(headers, sign::HEADER_TIMESTAMP).unwrap_or_default(),
+            signature,
             now,
         )
-        .map_err(|e| ApiError::Unauthorized(format!("the webhook signature does not verify: {e}")))?;
+        .map_err(signature_refused)?;
         return Ok((Caller::Signature, false));
     }
     Err(ApiError::Unauthorized("this route needs a token: `Authorization: Bearer …`, or log in on the page".into()))
@@ -157,10 +155,6 @@ async fn path_session(req: &mut Request) -> Result<Option<SessionId>, ApiError> 
         }
     }
     Ok(session)
-}
-
-fn text(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// The caller the guard let through (`Anyone` for a route without a guard).

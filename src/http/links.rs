@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::extract::{IdempotencyKey, JsonBody, Params};
 use super::gates::answer_record;
 use super::{AppState, Route};
-use crate::auth::Access;
+use crate::auth::{Access, PRINCIPAL_LINK};
 use crate::domain::{AnswerIn, AnsweredBy, GateState};
 use crate::error::ApiError;
 use crate::store::GateRecord;
@@ -41,12 +41,10 @@ async fn answer_by_link(
     JsonBody(body): JsonBody<AnswerIn>,
 ) -> Result<Response, ApiError> {
     let record = find(&state, token).await?;
-    if let Some(named) = &body.gate_id
-        && named.to_ascii_lowercase() != record.view.gate_id.to_string()
-    {
+    if !body.names_gate(record.view.gate_id) {
         return Err(ApiError::invalid_body("gate_id in the body must name the link's gate"));
     }
-    answer_record(&state, record, &body, key, AnsweredBy::Person { principal: Some("answer-link".into()) }).await
+    answer_record(&state, record, &body, key, AnsweredBy::Person { principal: Some(PRINCIPAL_LINK.into()) }).await
 }
 
 /// A small page: the question and the choices as text (never HTML from the gate), and a script

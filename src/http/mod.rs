@@ -75,14 +75,12 @@ impl std::ops::Deref for AppState {
 /// The server's shared handles.
 pub struct Handles {
     pub store: Store,
-    pub limits: Arc<Limits>,
-    /// Verifies signed webhook answers (`--webhook-secret-file`).
-    pub webhook_secret: Option<Arc<crate::webhook::sign::Secret>>,
+    pub limits: Limits,
     /// One permit per open stream (`--max-streams`).
     pub streams: Arc<Semaphore>,
     /// Cancelled at shutdown; long-polls and streams end on it.
     pub shutdown: CancellationToken,
-    /// Tokens, login cookies, per-token limits.
+    /// Tokens, login cookies, per-token limits, the webhook secret of signed answers.
     pub auth: Arc<Auth>,
 }
 
@@ -141,7 +139,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
-        .layer(cors)
+        .layer(tower::util::option_layer(cors))
         // Outermost last: panics become JSON 500s inside the request's span.
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal("handler panicked".into()).into_response()))
         .layer(
@@ -163,13 +161,15 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Cross-origin access for the listed origins only, with credentials; never a wildcard. With
-/// no origins the layer adds nothing, so browsers keep the same-origin rule.
-fn cors(origins: &[String]) -> CorsLayer {
+/// no origins there is no layer at all (an empty one would still answer every OPTIONS request
+/// as a preflight), so browsers keep the same-origin rule and OPTIONS is a 405 like any other
+/// method a route does not serve.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
     let origins: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
     if origins.is_empty() {
-        return CorsLayer::new();
+        return None;
     }
-    CorsLayer::new()
+    let layer = CorsLayer::new()
         .allow_origin(AllowOrigin::list(origins))
         .allow_credentials(true)
         .allow_methods([Method::GET, Method::POST])
@@ -181,7 +181,8 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::HeaderName::from_static("last-event-id"),
         ])
         .expose_headers([header::LOCATION, header::RETRY_AFTER, header::HeaderName::from_static("x-request-id")])
-        .max_age(Duration::from_secs(600))
+        .max_age(Duration::from_secs(600));
+    Some(layer)
 }
 
 /// Path of routes under one session.

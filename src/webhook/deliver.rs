@@ -147,7 +147,7 @@ impl Delivery {
             return Outcome::Failed("the stored event is not readable".into());
         };
         let body = self.body(seq, event, &head);
-        let timestamp = Timestamp::now().as_nanos() / 1_000_000_000;
+        let timestamp = Timestamp::now().unix_seconds();
         let signature = sign::sign(&self.secret, &head.event_id, timestamp, body.as_bytes());
         let sent = self
             .http

@@ -466,6 +466,12 @@ async fn cors_answers_only_the_listed_origins() {
     assert_eq!(preflight(&app.base, listed).await, (Some(listed.to_owned()), true));
     assert_eq!(preflight(&app.base, "http://evil.example").await.0, None);
     assert_eq!(preflight(&closed.base, listed).await.0, None, "no --cors-origin, no CORS");
+    // Without --cors-origin, OPTIONS is a method like any other the route does not serve.
+    let options = http.request(Method::OPTIONS, format!("{}/v1/gates", closed.base)).send();
+    let options = bounded("options", options).await.unwrap();
+    assert_eq!(options.status(), 405);
+    let body: serde_json::Value = bounded("options body", options.json()).await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
     // A simple GET from the listed origin is allowed to read the answer; never a wildcard.
     let resp = app.send(Method::GET, "/v1/gates", &[("origin", listed)], None).await.expect(200);
     assert_eq!(resp.headers["access-control-allow-origin"], listed);

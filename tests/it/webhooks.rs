@@ -129,7 +129,7 @@ async fn every_event_is_delivered_signed_in_order_with_answer_links() {
     let secret: Secret = SECRET.parse().unwrap();
     let journal = app.journal().await;
     for (received, entry) in got.iter().zip(&journal) {
-        let now = received.timestamp.parse::<i64>().unwrap();
+        let now = received.timestamp.parse::<u64>().unwrap();
         sign::verify(&secret, &received.id, &received.timestamp, &received.signature, &received.body, now)
             .expect("signed over the exact bytes");
         assert_eq!(received.id, entry["event"]["event_id"].as_str().unwrap(), "webhook-id is the event's id");
@@ -276,11 +276,11 @@ async fn signed_answers_authenticate_as_webhook() {
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let secret: Secret = SECRET.parse().unwrap();
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "from the bot"}}).to_string();
-    let signed = |id: &str, timestamp: i64, body: &str| {
+    let signed = |id: &str, timestamp: u64, body: &str| {
         let signature = sign::sign(&secret, id, timestamp, body.as_bytes());
         (id.to_owned(), timestamp.to_string(), signature)
     };
-    let now = gatehouse::domain::Timestamp::now().as_nanos() / 1_000_000_000;
+    let now = gatehouse::domain::Timestamp::now().unix_seconds();
     let send = async |(id, ts, sig): (String, String, String), body: &str| {
         let headers = [
             ("content-type", "application/json"),
@@ -318,7 +318,7 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let secret: Secret = SECRET.parse().unwrap();
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
-    let now = gatehouse::domain::Timestamp::now().as_nanos() / 1_000_000_000;
+    let now = gatehouse::domain::Timestamp::now().unix_seconds();
     let (ts, sig) = (now.to_string(), sign::sign(&secret, "msg_t", now, body.as_bytes()));
     let signed = [
         ("content-type", "application/json"),
