@@ -147,7 +147,8 @@ pub struct TailArgs {
 /// Flags of `gatehouse bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// Full sizes, short durations: under 3 minutes on 2 cores.
+    /// The full stream counts and race size, fewer answers and shorter runs: under 3 minutes on 2
+    /// cores.
     #[arg(long, conflicts_with = "smoke")]
     pub quick: bool,
     /// Tiny sizes: only checks that every figure can be measured (seconds).

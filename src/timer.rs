@@ -26,7 +26,7 @@ const LAST_RETRY: Duration = Duration::from_secs(30);
 /// The longest the timer sleeps without looking at the wall clock again.
 const WALL_CHECK: Duration = Duration::from_secs(30);
 
-/// How many deadlines are armed right now (a counter for tests and metrics).
+/// How many deadlines are armed right now (a counter tests read through `TestHooks::armed`).
 #[derive(Debug, Default)]
 pub struct Armed(AtomicUsize);
 

@@ -37,7 +37,7 @@ impl Access {
     pub const SESSION_READ: Self = Self::Roles(&[Role::Agent, Role::Responder, Role::Admin]);
     /// Reading across sessions.
     pub const RESPONDER: Self = Self::Roles(&[Role::Responder, Role::Admin]);
-    /// Operating the server: metrics, webhook deliveries.
+    /// Operating the server: webhook deliveries (and metrics, once served).
     pub const ADMIN: Self = Self::Roles(&[Role::Admin]);
 
     /// The `x-roles` of the route's operation in `openapi.yaml`.

@@ -17,7 +17,7 @@ pub enum Role {
     Agent,
     /// A person or integration that answers gates, in every session.
     Responder,
-    /// Everything, including metrics and webhook deliveries.
+    /// Everything, including webhook deliveries.
     Admin,
 }
 

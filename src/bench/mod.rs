@@ -127,7 +127,7 @@ impl Plan {
                 racers: 20,
             }
         } else if args.quick {
-            // The full sizes, with fewer samples and shorter runs.
+            // The full stream counts and race, with fewer answers and samples and shorter runs.
             Self {
                 mode: "quick",
                 runs: 3,

@@ -114,7 +114,8 @@ pub struct Source {
 /// Who gave an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnsweredBy {
-    /// A person, through the API (with the credential's name once there are credentials).
+    /// A person, through the API: `principal` is the token's name, `answer-link` or `webhook`
+    /// (none in open mode).
     Person { principal: Option<String> },
     /// The gate's `respond` policy, at its deadline.
     Timeout,

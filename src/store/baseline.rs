@@ -1,5 +1,5 @@
-//! The write path with nothing around it, for the SQLite ceiling of `gatehouse bench`: the same
-//! file, schema, pragmas and claim statements as the server, but one `BEGIN IMMEDIATE … COMMIT`
+//! The write path with nothing around it, for the SQLite ceiling of `gatehouse bench`: a file of
+//! its own on the same file system, the same schema, pragmas and claim statements as the server, but one `BEGIN IMMEDIATE … COMMIT`
 //! per answer on the calling thread: no HTTP, no writer thread, no group commit. What the server
 //! must beat.
 
