@@ -104,20 +104,32 @@ impl Bus {
         self.inboxes.interest(&(session, loop_id))
     }
 
-    /// Announces what a commit changed, in order. Called by the writer only after COMMIT
-    /// returned Ok. A frame enters the ring before the head moves past it, so a stream that sees
-    /// the new head finds every frame up to it.
+    /// Announces what a commit changed. Called by the writer only after COMMIT returned Ok. The
+    /// commit's frames enter the ring (under one lock) before the head moves past them (once, to
+    /// the last), so a stream that sees the new head finds every frame up to it; then the keyed
+    /// wake-ups go out, in order.
     pub fn publish(&self, effects: Vec<Effect>) {
+        let mut frames = Vec::new();
+        let mut others = Vec::new();
         for effect in effects {
             match effect {
                 Effect::Journal { seq, session, event } => {
-                    self.ring.push(Frame { seq, session, bytes: enduring_frame(seq, &event) });
-                    self.head.send_if_modified(|head| {
-                        let advanced = seq > *head;
-                        *head = (*head).max(seq);
-                        advanced
-                    });
+                    frames.push(Frame { seq, session, bytes: enduring_frame(seq, &event) });
                 }
+                other => others.push(other),
+            }
+        }
+        if let Some(last) = frames.last().map(|f| f.seq) {
+            self.ring.extend(frames);
+            self.head.send_if_modified(|head| {
+                let advanced = last > *head;
+                *head = (*head).max(last);
+                advanced
+            });
+        }
+        for effect in others {
+            match effect {
+                Effect::Journal { .. } => unreachable!("journal effects were taken above"),
                 Effect::Gate(gate) => {
                     self.gates.notify(&gate);
                     // A closed channel means no timer runs (yet): nothing to disarm.
@@ -191,10 +203,13 @@ impl Ring {
         }
     }
 
-    fn push(&self, frame: Frame) {
+    /// Appends frames in seq order, evicting the oldest past the count or byte budget.
+    fn extend(&self, frames: impl IntoIterator<Item = Frame>) {
         let mut ring = self.inner.lock().expect("ring lock");
-        ring.bytes += frame.bytes.len();
-        ring.frames.push_back(frame);
+        for frame in frames {
+            ring.bytes += frame.bytes.len();
+            ring.frames.push_back(frame);
+        }
         while ring.frames.len() > ring.capacity || (ring.bytes > ring.max_bytes && ring.frames.len() > 1) {
             let evicted = ring.frames.pop_front().expect("not empty");
             ring.bytes -= evicted.bytes.len();
@@ -313,7 +328,7 @@ mod ring_tests {
     fn ring_with(seqs: impl IntoIterator<Item = i64>, floor: i64, capacity: usize) -> Ring {
         let ring = Ring::new(floor, capacity, usize::MAX);
         for seq in seqs {
-            ring.push(Frame { seq, session: session((seq % 2) as u8 + 1), bytes: enduring_frame(seq, "{}") });
+            ring.extend([Frame { seq, session: session((seq % 2) as u8 + 1), bytes: enduring_frame(seq, "{}") }]);
         }
         ring
     }
@@ -349,7 +364,7 @@ mod ring_tests {
         let size = frame(1).bytes.len();
         let ring = Ring::new(0, 100, 3 * size + 5);
         for seq in 1..=10 {
-            ring.push(frame(seq));
+            ring.extend([frame(seq)]);
         }
         assert!(ring.after(6, 10, None, 100).is_none(), "7 was evicted to stay within the budget");
         assert_eq!(seqs(ring.after(7, 10, None, 100)), (vec![8, 9, 10], 10));

@@ -23,6 +23,7 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::BenchError;
+use crate::bus::enduring_frame;
 use crate::config::CeilingArgs;
 use crate::store::{Durability, OneTransactionPerAnswer};
 
@@ -111,12 +112,10 @@ async fn publish(State(ceiling): State<Arc<Ceiling>>, Query(p): Query<Publish>) 
     StatusCode::NO_CONTENT
 }
 
-/// An `enduring` frame like gatehouse's, padded to `bytes`.
+/// An `enduring` frame made as gatehouse makes them, its event a string padded to `bytes`.
 fn frame_of_size(seq: i64, bytes: usize) -> Bytes {
-    let head = format!("event: enduring\nid: {seq}\ndata: {{\"v\":1,\"event\":\"");
-    let tail = "\"}\n\n";
-    let pad = bytes.saturating_sub(head.len() + tail.len());
-    Bytes::from(format!("{head}{}{tail}", "x".repeat(pad)))
+    let pad = bytes.saturating_sub(enduring_frame(seq, "\"\"").len());
+    enduring_frame(seq, &format!("\"{}\"", "x".repeat(pad)))
 }
 
 #[cfg(test)]

@@ -24,10 +24,8 @@ impl OneTransactionPerAnswer {
     /// Opens (and creates) the database at `path` as the server would.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, OpenError> {
         let conn = schema::open_writer(path, durability)?;
-        let link_key: String = conn
-            .query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get(0))
-            .map_err(|e| OpenError::Database(format!("{}: cannot read the server key: {e}", path.display())))?;
-        Ok(Self { conn, link_key: link_key.into_bytes(), open: Vec::new() })
+        let link_key = schema::link_key(&conn, path)?;
+        Ok(Self { conn, link_key, open: Vec::new() })
     }
 
     /// Opens `count` free-text gates in one transaction (the setup, not what is measured). A

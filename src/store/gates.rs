@@ -14,9 +14,15 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested, link_token,
 };
 
-const SELECT_RECORD: &str = "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
+/// The columns `record` reads. A macro, so the single-row lookups are constant strings (`concat!`)
+/// rather than formatted on every call.
+macro_rules! select_record {
+    () => {
+        "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
         g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id
-    FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq";
+    FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
+    };
+}
 
 /// A gate as stored: its view plus what only the server sees.
 #[derive(Debug, Clone)]
@@ -60,12 +66,12 @@ fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
 
 /// The gate an answer-link token belongs to.
 pub fn find_by_link(conn: &Connection, token: &str) -> rusqlite::Result<Option<GateRecord>> {
-    conn.prepare_cached(&format!("{SELECT_RECORD} WHERE g.link_token = ?1"))?.query_row([token], record).optional()
+    conn.prepare_cached(concat!(select_record!(), " WHERE g.link_token = ?1"))?.query_row([token], record).optional()
 }
 
 /// One gate by id, in whatever session.
 pub fn find(conn: &Connection, gate: GateId) -> rusqlite::Result<Option<GateRecord>> {
-    conn.prepare_cached(&format!("{SELECT_RECORD} WHERE g.gate_id = ?1"))?
+    conn.prepare_cached(concat!(select_record!(), " WHERE g.gate_id = ?1"))?
         .query_row([gate.to_string()], record)
         .optional()
 }
@@ -480,7 +486,7 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
         ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
         ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
     };
-    let sql = format!("{SELECT_RECORD} {filter} ORDER BY {order} LIMIT ?{}", args.len());
+    let sql = format!("{} {filter} ORDER BY {order} LIMIT ?{}", select_record!(), args.len());
     let mut gates = tx
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), |r| record(r).map(|r| r.view))?

@@ -168,9 +168,7 @@ impl Store {
         }
 
         let conn = schema::open_writer(&config.path, config.durability)?;
-        let link_key: String = conn
-            .query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get(0))
-            .map_err(|e| OpenError::Database(format!("{}: cannot read the server key: {e}", config.path.display())))?;
+        let link_key = schema::link_key(&conn, &config.path)?;
         let head = journal::head(&conn)
             .map_err(|e| OpenError::Database(format!("{}: cannot read the journal: {e}", config.path.display())))?;
         let bus = Arc::new(Bus::new(head));
@@ -197,7 +195,7 @@ impl Store {
                 reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 health,
                 bus,
-                link_key: Arc::new(link_key.into_bytes()),
+                link_key: Arc::new(link_key),
                 lock: Mutex::new(Some(lock)),
                 thread: Mutex::new(Some(thread)),
             }),

@@ -220,6 +220,13 @@ fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
     Ok(Ok(()))
 }
 
+/// The server's secret for answer links and login cookies (see `seed_meta`).
+pub fn link_key(conn: &Connection, path: &Path) -> Result<Vec<u8>, OpenError> {
+    conn.query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get::<_, String>(0))
+        .map(String::into_bytes)
+        .map_err(|e| OpenError::Database(format!("{}: cannot read the server key: {e}", path.display())))
+}
+
 /// Server secrets generated once, for answer links and page cookies (later issues use them).
 fn seed_meta(conn: &Connection) -> rusqlite::Result<()> {
     let key = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
