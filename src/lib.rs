@@ -5,6 +5,7 @@
 //! `store` owns SQLite (one writer thread, read-only readers), `bus` rings after commits.
 
 pub mod auth;
+pub mod backoff;
 pub mod bench;
 pub mod bus;
 pub mod cli;

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::bus::DeadlineChange;
 use crate::domain::{GateId, Timestamp};
 use crate::store::{Expiry, Store, StoreError};
@@ -66,7 +67,7 @@ struct Timer {
     heap: BinaryHeap<Reverse<(Timestamp, GateId)>>,
     armed: HashMap<GateId, Timestamp>,
     /// Failed claims so far, per gate, for the backoff.
-    retries: HashMap<GateId, u32>,
+    retries: HashMap<GateId, Backoff>,
     count: Arc<Armed>,
 }
 
@@ -154,9 +155,7 @@ impl Timer {
 
     /// Re-arms a gate whose timeout answer failed: 1 s, 2 s, 4 s, … at most 30 s later.
     fn retry(&mut self, gate: GateId, cause: &str) {
-        let tries = self.retries.entry(gate).or_default();
-        let delay = FIRST_RETRY.saturating_mul(1 << (*tries).min(5)).min(LAST_RETRY);
-        *tries += 1;
+        let delay = self.retries.entry(gate).or_insert_with(|| Backoff::new(FIRST_RETRY, LAST_RETRY)).next_delay();
         tracing::warn!(gate_id = %gate, %cause, ?delay, "a timeout answer failed; retrying");
         self.arm(gate, Timestamp::now().plus_nanos(delay.as_nanos() as i64));
     }

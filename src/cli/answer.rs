@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::Backoff;
 use super::client::{Api, Reply};
+use super::server_backoff;
 use crate::config::AnswerArgs;
 
 const TOO_LATE: u8 = 2;
@@ -32,7 +32,7 @@ async fn answer(api: &Api, gate: &str, text: &str) -> Result<ExitCode, String> {
     let body = json!({"action": "answer", "values": {"answer": text}});
     // One key for every attempt: a retry after an unknown outcome is the same answer.
     let key = uuid::Uuid::new_v4().to_string();
-    let mut backoff = Backoff::new();
+    let mut backoff = server_backoff();
     let mut attempts = 0;
     let reply = loop {
         attempts += 1;

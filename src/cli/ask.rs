@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::client::{Api, ClientError, Reply};
-use super::{Backoff, say};
+use super::{say, server_backoff};
 use crate::config::AskArgs;
 
 const INTERRUPTED: u8 = 130;
@@ -110,7 +110,7 @@ async fn open(api: &Api, session: &str, loop_id: &str, tool: &str, args: &AskArg
         };
     }
     let path = format!("/v1/sessions/{session}/gates");
-    let mut backoff = Backoff::new();
+    let mut backoff = server_backoff();
     for _ in 0..5 {
         match api.post(&path, Some(&body), None).await {
             Ok(reply) if reply.ok() => return Ok(reply.body),
@@ -131,7 +131,7 @@ impl Asked {
     /// Long-polls until the gate leaves `open` or the deadline passes. Connection trouble and
     /// restarts are waited out: the gate is durable, so the answer will still be there.
     async fn wait(&self, deadline: Option<Instant>) -> Ending {
-        let mut backoff = Backoff::new();
+        let mut backoff = server_backoff();
         let mut reported = false;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -192,7 +192,7 @@ impl Asked {
 
     async fn close(&self) -> Result<Reply, ClientError> {
         let body = json!({"reason": "abandoned"});
-        let mut backoff = Backoff::new();
+        let mut backoff = server_backoff();
         let mut last = None;
         for _ in 0..4 {
             match self.api.post(&format!("{}/close", self.gate_path()), Some(&body), None).await {

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::client::Api;
 use super::sse::Reader;
-use super::{Backoff, say, short};
+use super::{say, server_backoff, short};
 use crate::config::GatesArgs;
 use crate::domain::Timestamp;
 
@@ -98,7 +98,7 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
 
 /// Follows the journal from `after`, one line per gate change, reconnecting as needed.
 async fn watch(api: &Api, mut after: i64) {
-    let mut backoff = Backoff::new();
+    let mut backoff = server_backoff();
     loop {
         match api.stream(&format!("/v1/events?after={after}")).await {
             Ok(response) => {

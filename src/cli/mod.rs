@@ -12,6 +12,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
+
 use crate::config::Command;
 
 /// Runs a client subcommand to its exit code.
@@ -40,23 +42,9 @@ fn say(line: &str) {
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
-/// Exponential backoff between retries: 250 ms, 500 ms, … at most 5 s.
-#[derive(Debug)]
-struct Backoff(Duration);
-
-impl Backoff {
-    fn new() -> Self {
-        Self(Duration::from_millis(250))
-    }
-
-    async fn wait(&mut self) {
-        tokio::time::sleep(self.0).await;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
-    }
-
-    fn reset(&mut self) {
-        self.0 = Duration::from_millis(250);
-    }
+/// Backoff between retries of the server: 250 ms, 500 ms, … at most 5 s.
+fn server_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(250), Duration::from_secs(5))
 }
 
 /// The first eight characters of an id, for tables.

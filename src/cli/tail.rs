@@ -7,13 +7,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::sse::Reader;
-use super::{Backoff, say};
+use super::{say, server_backoff};
 use crate::config::TailArgs;
 
 pub async fn run(args: TailArgs) -> ExitCode {
     let Ok(api) = super::connect("tail", &args.client) else { return ExitCode::FAILURE };
     let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
-    let mut backoff = Backoff::new();
+    let mut backoff = server_backoff();
     let mut reached = false;
     loop {
         match api.stream(&format!("/v1/events?after={after}")).await {

@@ -10,7 +10,8 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::sign::{self, Secret};
-use crate::domain::{GateId, Timestamp, link_token};
+use crate::backoff::Backoff;
+use crate::domain::{GateId, GateOpened, Timestamp, link_token};
 use crate::error::innermost_cause;
 use crate::store::Store;
 
@@ -65,18 +66,18 @@ impl Delivery {
     pub async fn run(self, url: String) {
         let mut head = self.store.bus().head();
         // Storage trouble: wait 1 s, 2 s, 4 s, … at most 30 s before looking again.
-        let mut trouble = Duration::from_secs(1);
+        let mut trouble = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         loop {
             if self.shutdown.is_cancelled() {
                 return;
             }
             match self.step(&url, &mut head).await {
-                Ok(true) => trouble = Duration::from_secs(1),
+                Ok(true) => trouble.reset(),
                 Ok(false) => return,
                 Err(e) => {
-                    tracing::warn!(%url, error = %e, ?trouble, "webhook delivery could not read or record its state; retrying");
-                    self.pause(trouble).await;
-                    trouble = (trouble * 2).min(Duration::from_secs(30));
+                    let delay = trouble.next_delay();
+                    tracing::warn!(%url, error = %e, ?delay, "webhook delivery could not read or record its state; retrying");
+                    self.pause(delay).await;
                 }
             }
         }
@@ -153,9 +154,9 @@ impl Delivery {
             .http
             .post(url)
             .header("content-type", "application/json")
-            .header("webhook-id", &head.event_id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
+            .header(sign::HEADER_ID, &head.event_id)
+            .header(sign::HEADER_TIMESTAMP, timestamp.to_string())
+            .header(sign::HEADER_SIGNATURE, signature)
             .body(body)
             .send()
             .await;
@@ -170,7 +171,7 @@ impl Delivery {
     /// `{"v":1,"journal_seq":N,"event":{…}}`, plus `answer_url` for a `GateOpened`.
     fn body(&self, seq: i64, event: &str, head: &EventHead) -> String {
         let event: &RawValue = serde_json::from_str(event).expect("read above");
-        match head.gate.as_ref().filter(|_| head.kind == "GateOpened") {
+        match head.gate.as_ref().filter(|_| head.kind == GateOpened::TYPE) {
             Some(gate) => {
                 let token = link_token(&self.link_key, gate.id);
                 let answer_url = format!("{}/v1/answers/{token}", self.public_url);

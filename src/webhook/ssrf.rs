@@ -281,7 +281,8 @@ pub enum Host {
 /// A webhook URL that passed `check_url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// The normalised URL; send to this one, so what was checked is what is requested.
+    /// The normalised URL (delivery sends to the configured string, which `reqwest` parses with
+    /// this same `url` crate, and the resolver checks every address it connects to anyway).
     pub url: Url,
     pub scheme: Scheme,
     pub host: Host,
@@ -332,11 +333,6 @@ impl Guard {
     /// A guard that also permits every address in `allow` (`--webhook-allow-cidr`).
     pub fn new(allow: Vec<Cidr>) -> Self {
         Self { allow }
-    }
-
-    /// The allow-list.
-    pub fn allow(&self) -> &[Cidr] {
-        &self.allow
     }
 
     /// Whether a delivery may connect to `ip`.
