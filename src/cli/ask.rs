@@ -110,11 +110,14 @@ async fn open(api: &Api, session: &str, loop_id: &str, tool: &str, args: &AskArg
         };
     }
     let path = format!("/v1/sessions/{session}/gates");
+    const TRIES: usize = 5;
     let mut backoff = server_backoff();
-    for _ in 0..5 {
+    for attempt in 1..=TRIES {
         match api.post(&path, Some(&body), None).await {
             Ok(reply) if reply.ok() => return Ok(reply.body),
-            Ok(reply) if reply.retryable() => backoff.wait().await,
+            // No wait after the last try: it would only delay the error.
+            Ok(reply) if reply.retryable() && attempt < TRIES => backoff.wait().await,
+            Ok(reply) if reply.retryable() => break,
             Ok(reply) => return Err(reply.message()),
             // Not reachable at all: say so now rather than wait on a typo in the URL.
             Err(e) => return Err(e.to_string()),
@@ -193,13 +196,17 @@ impl Asked {
     async fn close(&self) -> Result<Reply, ClientError> {
         let body = json!({"reason": "abandoned"});
         let mut backoff = server_backoff();
+        const TRIES: usize = 4;
         let mut last = None;
-        for _ in 0..4 {
+        for attempt in 1..=TRIES {
             match self.api.post(&format!("{}/close", self.gate_path()), Some(&body), None).await {
                 Ok(reply) if !reply.retryable() => return Ok(reply),
                 outcome => last = Some(outcome),
             }
-            backoff.wait().await;
+            // No wait after the last try: it would only delay the exit (after Ctrl-C, say).
+            if attempt < TRIES {
+                backoff.wait().await;
+            }
         }
         last.expect("tried at least once")
     }
