@@ -2,21 +2,12 @@
 //! nothing, `/readyz` reports it, and the writer finds its way back once storage recovers.
 
 use std::path::Path;
-use std::time::Duration;
 
-use crate::helpers::{Client, NET_TIMEOUT, TestApp, ask, gate_id, uuid};
+use crate::helpers::{Client, TestApp, ask, eventually, gate_id, uuid};
 
 /// Polls `/readyz` until it answers `status` (bounded).
 async fn await_ready(client: &Client, status: u16) {
-    let deadline = tokio::time::Instant::now() + NET_TIMEOUT;
-    loop {
-        let resp = client.get("/readyz").await;
-        if resp.status == status {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "/readyz never answered {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(&format!("/readyz answers {status}"), async || client.get("/readyz").await.status == status).await;
 }
 
 fn set_fault(path: &Path, fault: &str) {

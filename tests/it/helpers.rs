@@ -223,17 +223,34 @@ impl Client {
         panic!("{path}: more than 50 pages")
     }
 
-    /// Every journal seq, across pages.
-    pub async fn journal_all(&self) -> Vec<i64> {
-        let mut seqs = Vec::new();
+    /// Every journal entry (`{journal_seq, event}`), across pages.
+    pub async fn journal_all(&self) -> Vec<Value> {
+        let mut entries = Vec::new();
         let mut from = 0;
         loop {
             let page = self.get(&format!("/v1/journal?limit=1000&from_journal_seq={from}")).await.expect(200).json();
-            seqs.extend(page["events"].as_array().unwrap().iter().map(|e| e["journal_seq"].as_i64().unwrap()));
+            entries.extend(page["events"].as_array().expect("events").iter().cloned());
             if page["done"] == true {
-                return seqs;
+                return entries;
             }
-            from = page["next_journal_seq"].as_i64().unwrap();
+            from = page["next_journal_seq"].as_i64().expect("next seq");
+        }
+    }
+
+    /// A loop's whole inbox, acked commands included, across pages.
+    pub async fn inbox_all(&self, session: &str, loop_id: &str) -> Vec<Value> {
+        let mut commands = Vec::new();
+        let mut after = 0;
+        loop {
+            let path =
+                format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true&limit=1000&after={after}");
+            let page = self.get(&path).await.expect(200).json();
+            let got = page["commands"].as_array().expect("commands").clone();
+            if got.is_empty() {
+                return commands;
+            }
+            after = page["next_after"].as_i64().expect("cursor");
+            commands.extend(got);
         }
     }
 

@@ -131,15 +131,9 @@ fn hostile(routes: usize) -> impl Strategy<Value = Hostile> {
 }
 
 /// What the server holds: every journal event and the loop's whole inbox (acks included).
-async fn snapshot(app: &TestApp, session: &str, loop_id: &str) -> (Value, Value) {
+async fn snapshot(app: &TestApp, session: &str, loop_id: &str) -> (Vec<Value>, Vec<Value>) {
     let admin = app.bearer(ADMIN);
-    let journal = admin.get("/v1/journal?limit=1000").await.expect(200).json();
-    let inbox = admin
-        .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true&limit=1000"))
-        .await
-        .expect(200)
-        .json();
-    (journal, inbox)
+    (admin.journal_all().await, admin.inbox_all(session, loop_id).await)
 }
 
 #[test]

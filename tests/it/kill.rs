@@ -196,37 +196,6 @@ fn worker_client() -> reqwest::Client {
         .expect("client")
 }
 
-/// Every journal event, page by page.
-async fn journal_events(client: &Client) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut from = 0;
-    loop {
-        let page = client.get(&format!("/v1/journal?limit=1000&from_journal_seq={from}")).await.expect(200).json();
-        events.extend(page["events"].as_array().expect("events").iter().cloned());
-        if page["done"] == true {
-            return events;
-        }
-        from = page["next_journal_seq"].as_i64().expect("next seq");
-    }
-}
-
-/// A loop's whole inbox, acked commands included, page by page.
-async fn whole_inbox(client: &Client, session: &str, loop_id: &str) -> Vec<Value> {
-    let mut commands = Vec::new();
-    let mut after = 0;
-    loop {
-        let path =
-            format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true&limit=1000&after={after}");
-        let page = client.get(&path).await.expect(200).json();
-        let got = page["commands"].as_array().expect("commands").clone();
-        if got.is_empty() {
-            return commands;
-        }
-        after = page["next_after"].as_i64().expect("cursor");
-        commands.extend(got);
-    }
-}
-
 #[test]
 fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
     let kills: usize = std::env::var("GATEHOUSE_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
@@ -291,7 +260,7 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
 
 /// The checker: the history against the server's final state. Returns the figures.
 async fn check(client: &Client, history: &History) -> String {
-    let events = journal_events(client).await;
+    let events = client.journal_all().await;
     // The journal is strictly increasing, and an SSE replay from 0 reproduces it.
     let seqs: Vec<i64> = events.iter().map(|e| e["journal_seq"].as_i64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "journal seqs strictly increase");
@@ -326,7 +295,7 @@ async fn check(client: &Client, history: &History) -> String {
     let loops: HashSet<(String, String)> = gate_loop.values().map(|(s, l, _)| (s.clone(), l.clone())).collect();
     let mut commands: HashMap<String, Vec<Value>> = HashMap::new();
     for (session, loop_id) in &loops {
-        for entry in whole_inbox(client, session, loop_id).await {
+        for entry in client.inbox_all(session, loop_id).await {
             let command = entry["command"].clone();
             assert_eq!(
                 (command["session_id"].as_str(), command["loop_id"].as_str()),

@@ -129,18 +129,8 @@ async fn a_thousand_deadlines_resolve_exactly_once_with_one_timer() {
         open["gates"].as_array().unwrap().is_empty()
     })
     .await;
-    let mut events = Vec::new();
-    let mut from = 0;
-    loop {
-        let page = app.get(&format!("/v1/journal?limit=1000&from_journal_seq={from}")).await.expect(200).json();
-        events.extend(
-            page["events"].as_array().unwrap().iter().filter(|e| e["event"]["type"] == "GateResolved").cloned(),
-        );
-        if page["done"] == true {
-            break;
-        }
-        from = page["next_journal_seq"].as_i64().unwrap();
-    }
+    let events: Vec<Value> =
+        app.journal_all().await.into_iter().filter(|e| e["event"]["type"] == "GateResolved").collect();
     assert_eq!(events.len(), 1000, "one GateResolved per gate, nothing more");
     let mut gates: Vec<&str> = events.iter().map(|e| e["event"]["gate_id"].as_str().unwrap()).collect();
     gates.sort();
