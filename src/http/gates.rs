@@ -110,16 +110,16 @@ async fn wait_gate(
     let mut interest = state.store.bus().watch_gate(gate_id);
     loop {
         let record = find_in_session(&state, session_id, gate_id).await?;
-        if record.view.state != GateState::Open || !wait_until(&state, deadline, interest.changed()).await {
-            // Timed out (or shutting down) while open: the freshest view, whatever it is now.
-            let record = if record.view.state == GateState::Open {
-                find_in_session(&state, session_id, gate_id).await?
-            } else {
-                record
-            };
+        if record.view.state != GateState::Open {
             return Ok(json(StatusCode::OK, &record.view));
         }
+        if !wait_until(&state, deadline, interest.changed()).await {
+            break;
+        }
     }
+    // Timed out (or shutting down) while open: the freshest view, whatever it is now.
+    let record = find_in_session(&state, session_id, gate_id).await?;
+    Ok(json(StatusCode::OK, &record.view))
 }
 
 #[derive(Serialize)]

@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::{Params, QueryParams};
-use super::{AppState, Route, SessionPath, json, limit};
+use super::{AppState, Route, SessionPath, json, limit, seq};
 use crate::auth::Access;
 use crate::domain::SessionId;
 use crate::error::ApiError;
@@ -25,8 +25,7 @@ struct PageParams {
 }
 
 async fn page(state: AppState, session: Option<SessionId>, p: PageParams) -> Result<Response, ApiError> {
-    let from = i64::try_from(p.from_journal_seq.unwrap_or(0))
-        .map_err(|_| ApiError::InvalidParameter("from_journal_seq is out of range".into()))?;
+    let from = seq("from_journal_seq", p.from_journal_seq.unwrap_or(0))?;
     let page = state.store.journal(session, from, limit(p.limit)?).await?;
     Ok(json(StatusCode::OK, &page))
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
-use super::{AppState, Route, json, limit, wait_deadline, wait_until};
+use super::{AppState, Route, json, limit, seq, wait_deadline, wait_until};
 use crate::auth::Access;
 use crate::auth::Caller;
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
@@ -60,8 +60,7 @@ async fn list_commands(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // Both forms check every parameter, even those only the page uses.
-    let after =
-        i64::try_from(p.after.unwrap_or(0)).map_err(|_| ApiError::InvalidParameter("after is out of range".into()))?;
+    let after = seq("after", p.after.unwrap_or(0))?;
     let limit = limit(p.limit)?;
     let deadline = wait_deadline("wait", p.wait.unwrap_or(0))?;
     let include_acked = p.include_acked.unwrap_or(false);

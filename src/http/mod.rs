@@ -200,6 +200,12 @@ fn limit(limit: Option<u32>) -> Result<usize, ApiError> {
     }
 }
 
+/// A journal or inbox seq from the query (`name` in messages): any u64 parses, but seqs are
+/// SQLite integers.
+fn seq(name: &str, value: u64) -> Result<i64, ApiError> {
+    i64::try_from(value).map_err(|_| ApiError::InvalidParameter(format!("{name} is out of range")))
+}
+
 /// When a long-poll of `seconds` (0..=60, `name` in messages) started now must answer.
 fn wait_deadline(name: &str, seconds: u64) -> Result<Instant, ApiError> {
     const MAX_SECONDS: u64 = 60;

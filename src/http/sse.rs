@@ -45,8 +45,7 @@ pub fn cursor(headers: &HeaderMap, after: Option<u64>) -> Result<Option<i64>, Ap
         ),
         None => after,
     };
-    raw.map(|n| i64::try_from(n).map_err(|_| ApiError::InvalidParameter("the cursor is out of range".into())))
-        .transpose()
+    raw.map(|n| super::seq("the cursor", n)).transpose()
 }
 
 /// Whether the client accepts a stream (`text/event-stream` listed without `q=0`) rather than a

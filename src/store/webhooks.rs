@@ -52,10 +52,19 @@ pub fn pending(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<Optio
     .optional()
 }
 
-/// Delivered: move the cursor past it and forget its attempts.
+/// Delivered: move the cursor past it and forget its attempts. Runs once per delivered event on
+/// the writer, so its statements are cached.
 pub fn delivered(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<()> {
-    conn.execute("UPDATE webhook_endpoints SET cursor = ?2 WHERE url = ?1 AND cursor < ?2", params![url, seq])?;
-    conn.execute("DELETE FROM webhook_attempts WHERE url = ?1 AND journal_seq = ?2", params![url, seq])?;
+    advance_cursor(conn, url, seq)?;
+    conn.prepare_cached("DELETE FROM webhook_attempts WHERE url = ?1 AND journal_seq = ?2")?
+        .execute(params![url, seq])?;
+    Ok(())
+}
+
+/// Every event up to `seq` was delivered or dead-lettered.
+fn advance_cursor(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE webhook_endpoints SET cursor = ?2 WHERE url = ?1 AND cursor < ?2")?
+        .execute(params![url, seq])?;
     Ok(())
 }
 
@@ -89,8 +98,7 @@ pub fn dead_letter(conn: &Connection, url: &str, seq: i64, attempts: u32, error:
            updated_at = excluded.updated_at",
         params![url, seq, attempts, error, Timestamp::now().as_nanos()],
     )?;
-    conn.execute("UPDATE webhook_endpoints SET cursor = ?2 WHERE url = ?1 AND cursor < ?2", params![url, seq])?;
-    Ok(())
+    advance_cursor(conn, url, seq)
 }
 
 /// The endpoint answered 410 Gone: stop until an operator re-enables it.
