@@ -37,7 +37,7 @@ fn the_harness_validator_can_fail() {
     // Guards against a validator that accepts everything.
     let fixture: Value = serde_json::from_str(include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/harness-wire/fixtures/journal_page.json"
+        "/tests/fixtures/harness-wire/fixtures/journal_page.json"
     )))
     .unwrap();
     contract::assert_harness("event_journal_page.schema.json", &fixture);

@@ -19,8 +19,8 @@ use serde_json::{Map, Value, json};
 /// an edited document is checked without rebuilding the test binary.
 const OPENAPI_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml");
 
-/// The harness reference data sits beside the repository checkout, locally and in CI.
-const HARNESS_SCHEMA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/harness-wire/schema/");
+/// The harness's own wire schemas, copied into the repository with their licence.
+const HARNESS_SCHEMA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/harness-wire/schema/");
 
 /// The operation keys of an OpenAPI path item. The item's other keys (`parameters`, `summary`, …)
 /// are not operations.
