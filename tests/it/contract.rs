@@ -145,6 +145,22 @@ pub fn check_response(method: &str, path: &str, status: u16, content_type: Optio
     );
 }
 
+/// Panics unless one frame read from the event stream at `path` (a `GET`) is one the contract
+/// documents: the frame, as `SseFrame::to_json` gives it, must validate against the items of the
+/// stream's `contentSchema` (see `SseFrames` in the contract).
+pub fn check_stream_frame(path: &str, frame: &Value) {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let template = match_template(path).unwrap_or_else(|| panic!("{path}: no documented path streams"));
+    let (response, response_pointer) = resolve(&format!("/paths/{}/get/responses/200", escape_pointer(template)));
+    assert!(
+        response["content"].get("text/event-stream").is_some(),
+        "{path} ({template}): the contract documents no event stream"
+    );
+    let items = format!("{response_pointer}/content/text~1event-stream/schema/contentSchema/items");
+    let errors = describe_errors(openapi_validator(&items).iter_errors(frame));
+    assert!(errors.is_empty(), "{path}: a frame does not match #{items}:\n{}\nframe: {frame}", errors.join("\n"));
+}
+
 /// Panics, listing every validation error, unless `instance` is valid under the harness schema
 /// named `schema_file` (for example `event_journal_page.schema.json`).
 pub fn assert_harness(schema_file: &str, instance: &Value) {

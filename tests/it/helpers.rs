@@ -602,6 +602,23 @@ impl SseFrame {
         Some((seq, data["event"].clone()))
     }
 
+    /// The frame as the contract's `SseFrames` states it: its fields as members, `data` decoded
+    /// from JSON (kept as text when it is not JSON, which then fails the contract).
+    pub fn to_json(&self) -> Value {
+        let mut object = serde_json::Map::new();
+        let text = [("event", &self.event), ("id", &self.id), ("retry", &self.retry), ("comment", &self.comment)];
+        for (name, value) in text {
+            if let Some(value) = value {
+                object.insert(name.to_owned(), Value::String(value.clone()));
+            }
+        }
+        if let Some(data) = &self.data {
+            let decoded = serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.clone()));
+            object.insert("data".to_owned(), decoded);
+        }
+        Value::Object(object)
+    }
+
     /// Parses the lines of one frame (the text between blank lines).
     pub fn parse(text: &str) -> Self {
         let mut frame = Self::default();
@@ -637,9 +654,10 @@ pub fn take_frames(buf: &mut Vec<u8>) -> Vec<SseFrame> {
     frames
 }
 
-/// A client reading one event stream.
+/// A client reading one event stream. Every frame it reads is checked against the contract.
 pub struct EventStream {
     pub headers: reqwest::header::HeaderMap,
+    path: String,
     body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     buf: Vec<u8>,
     ready: std::collections::VecDeque<SseFrame>,
@@ -660,7 +678,13 @@ impl EventStream {
             panic!("stream {path}: {status}: {body}");
         }
         assert_eq!(headers["content-type"], "text/event-stream");
-        Self { headers, body: Box::pin(resp.bytes_stream()), buf: Vec::new(), ready: Default::default() }
+        Self {
+            headers,
+            path: path.to_owned(),
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+            ready: Default::default(),
+        }
     }
 
     /// The next frame within `limit`: `Ok(None)` at the end of the stream, `Err` on a timeout.
@@ -669,6 +693,7 @@ impl EventStream {
         tokio::time::timeout(limit, async {
             loop {
                 if let Some(frame) = self.ready.pop_front() {
+                    contract::check_stream_frame(&self.path, &frame.to_json());
                     return Some(frame);
                 }
                 match self.body.next().await {
