@@ -235,7 +235,7 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
     });
 
     let history = std::mem::take(&mut *history.lock().unwrap());
-    let figures = runtime.block_on(check(&server.client, &history));
+    let figures = runtime.block_on(check(&server.client, &history)).unwrap_or_else(|faults| panic!("{faults}"));
     // The checker can fail: an acknowledged answer that is nowhere is caught.
     let mut forged = history.clone();
     let gate = history.open_gates[0].1.clone();
@@ -245,10 +245,11 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
         keyed: false,
         outcome: Outcome::Ok(202, Value::Null),
     });
-    let client = server.client.clone();
-    eprintln!("kill test: the checker's self-test follows; its panic message is expected");
-    let caught = runtime.block_on(runtime.spawn(async move { check(&client, &forged).await }));
-    assert!(caught.is_err_and(|e| e.is_panic()), "the checker must catch a lost answer");
+    let caught = runtime.block_on(check(&server.client, &forged));
+    assert!(
+        caught.as_ref().is_err_and(|faults| faults.contains("lost answers")),
+        "the checker must catch a lost answer: {caught:?}"
+    );
     // A last SIGKILL, then SQLite's own verdict on the file.
     server.kill();
     let conn = rusqlite::Connection::open(&db).expect("open the database");
@@ -258,18 +259,26 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
     drop(dir);
 }
 
-/// The checker: the history against the server's final state. Returns the figures.
-async fn check(client: &Client, history: &History) -> String {
+/// The checker: the history against the server's final state. Returns the figures, or every
+/// broken promise it found (so its self-test on a forged history fails without a panic).
+async fn check(client: &Client, history: &History) -> Result<String, String> {
+    let mut faults: Vec<String> = Vec::new();
     let events = client.journal_all().await;
     // The journal is strictly increasing, and an SSE replay from 0 reproduces it.
     let seqs: Vec<i64> = events.iter().map(|e| e["journal_seq"].as_i64().unwrap()).collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "journal seqs strictly increase");
+    if !seqs.windows(2).all(|w| w[0] < w[1]) {
+        faults.push("journal seqs do not strictly increase".into());
+    }
     let head = *seqs.last().expect("a journal");
     let mut stream = EventStream::connect(client, "/v1/events?after=0", &[]).await;
     let replay = stream.enduring_until(head).await;
-    assert_eq!(replay.len(), events.len(), "the replay has every event");
+    if replay.len() != events.len() {
+        faults.push(format!("the replay has {} events, the journal {}", replay.len(), events.len()));
+    }
     for ((seq, event), stored) in replay.iter().zip(&events) {
-        assert_eq!((*seq, event), (stored["journal_seq"].as_i64().unwrap(), &stored["event"]), "replay = journal");
+        if (*seq, event) != (stored["journal_seq"].as_i64().unwrap(), &stored["event"]) {
+            faults.push(format!("replay ≠ journal at seq {seq}"));
+        }
     }
 
     // Gates, their resolutions and the commands in their loops' inboxes.
@@ -291,16 +300,19 @@ async fn check(client: &Client, history: &History) -> String {
         }
     }
     let doubled = resolutions.values().filter(|n| **n > 1).count();
-    assert_eq!(doubled, 0, "a gate resolved twice");
+    if doubled > 0 {
+        faults.push(format!("{doubled} gates resolved twice"));
+    }
     let loops: HashSet<(String, String)> = gate_loop.values().map(|(s, l, _)| (s.clone(), l.clone())).collect();
     let mut commands: HashMap<String, Vec<Value>> = HashMap::new();
     for (session, loop_id) in &loops {
         for entry in client.inbox_all(session, loop_id).await {
             let command = entry["command"].clone();
-            assert_eq!(
-                (command["session_id"].as_str(), command["loop_id"].as_str()),
-                (Some(session.as_str()), Some(loop_id.as_str()))
-            );
+            if (command["session_id"].as_str(), command["loop_id"].as_str())
+                != (Some(session.as_str()), Some(loop_id.as_str()))
+            {
+                faults.push(format!("a command in the inbox of {session}/{loop_id} names another loop: {command}"));
+            }
             let gate = command["gate_id"].as_str().unwrap().to_owned();
             commands.entry(gate).or_default().push(entry);
         }
@@ -309,9 +321,14 @@ async fn check(client: &Client, history: &History) -> String {
     let mut answers: HashMap<String, String> = HashMap::new();
     for (gate, (_, _, tool)) in &gate_loop {
         let got = commands.get(gate).map_or(0, Vec::len);
-        assert_eq!(got, resolutions.get(gate).copied().unwrap_or(0), "gate {gate}: commands ≠ resolutions");
+        let resolved = resolutions.get(gate).copied().unwrap_or(0);
+        if got != resolved {
+            faults.push(format!("gate {gate}: {got} commands for {resolved} resolutions"));
+        }
         if let Some(entry) = commands.get(gate).and_then(|c| c.first()) {
-            assert_eq!(entry["command"]["tool_execution_id"].as_str(), Some(tool.as_str()));
+            if entry["command"]["tool_execution_id"].as_str() != Some(tool.as_str()) {
+                faults.push(format!("gate {gate}: its command names another tool execution"));
+            }
             answers.insert(gate.clone(), entry["command"]["answer"].as_str().unwrap().to_owned());
         }
     }
@@ -361,7 +378,12 @@ async fn check(client: &Client, history: &History) -> String {
         .collect();
     let acks_ok = history.acks.iter().filter(|(_, o)| o.applied_for_sure()).collect::<Vec<_>>();
     let lost_acks = acks_ok.iter().filter(|(id, _)| !acked.contains(id.as_str())).count();
-    assert_eq!((lost, phantom, lost_acks), (0, 0, 0), "lost answers or opens, phantom answers, lost acks");
+    if (lost, phantom, lost_acks) != (0, 0, 0) {
+        faults.push(format!("{lost} lost answers or opens, {phantom} phantom answers, {lost_acks} lost acks"));
+    }
+    if !faults.is_empty() {
+        return Err(format!("the history checker found:\n- {}", faults.join("\n- ")));
+    }
     let unknown_requests = history
         .opens
         .iter()
@@ -370,7 +392,7 @@ async fn check(client: &Client, history: &History) -> String {
         .chain(history.acks.iter().map(|(_, o)| o))
         .filter(|o| **o == Outcome::Unknown)
         .count();
-    format!(
+    Ok(format!(
         "{} gates opened ({acked_opens} acknowledged), {} answer requests for {} answers: {accepted} accepted, \
          {conflicts} lost races (409), {unknown} of unknown outcome; {} resolutions; {} acks acknowledged; \
          {unknown_requests} requests of unknown outcome; lost = 0, doubled = 0",
@@ -379,5 +401,5 @@ async fn check(client: &Client, history: &History) -> String {
         by_value.len(),
         resolutions.len(),
         acks_ok.len()
-    )
+    ))
 }
