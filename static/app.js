@@ -595,6 +595,6 @@ async function submitLogin(event) {
 dom.loginForm.addEventListener('submit', submitLogin);
 dom.sessionFilter.addEventListener('change', applyFilters);
 dom.search.addEventListener('input', applyFilters);
-setInterval(refreshTimes, 15000);
+setInterval(refreshTimes, 1000); // seconds matter once a deadline is under a minute away
 const follower = new JournalFollower({ snapshot, onEvent: applyEvent, onState: showConnection, onDenied: needLogin });
 follower.start();

@@ -33,8 +33,9 @@ export function parseTime(text) {
 const absolute = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
 
 function span(ms) {
-  const seconds = Math.round(Math.abs(ms) / 1000);
-  if (seconds < 60) return `${seconds} s`;
+  // Up: a deadline 59.5 s away is "in 60 s", never "in 1 min" while it is under a minute.
+  const seconds = Math.ceil(Math.abs(ms) / 1000);
+  if (seconds <= 60) return `${seconds} s`;
   const minutes = Math.round(seconds / 60);
   if (minutes < 60) return `${minutes} min`;
   const hours = Math.round(minutes / 60);
@@ -42,11 +43,14 @@ function span(ms) {
   return `${Math.round(hours / 24)} days`;
 }
 
-/** "just now", "3 min ago", or for a time ahead "in 4 min". */
+/**
+ * "just now", "3 min ago", or for a time ahead "in 4 min". A time ahead is never "just now": under
+ * a minute a deadline counts down in seconds.
+ */
 export function relative(time, now = Date.now()) {
   const ms = parseTime(time) - now;
-  if (Math.abs(ms) < 10000) return 'just now';
-  return ms < 0 ? `${span(ms)} ago` : `in ${span(ms)}`;
+  if (ms > 0) return `in ${span(ms)}`;
+  return -ms < 10000 ? 'just now' : `${span(ms)} ago`;
 }
 
 /**
@@ -59,10 +63,12 @@ export function liveTime(prefix, time) {
   return element;
 }
 
+/** Called every second; only a text that changed is written, so most ticks touch nothing. */
 export function refreshTimes(root = document) {
   const now = Date.now();
   for (const element of root.querySelectorAll('time[data-prefix]')) {
-    element.textContent = withPrefix(element.dataset.prefix, relative(element.getAttribute('datetime'), now));
+    const text = withPrefix(element.dataset.prefix, relative(element.getAttribute('datetime'), now));
+    if (element.textContent !== text) element.textContent = text;
   }
 }
 

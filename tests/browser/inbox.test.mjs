@@ -15,6 +15,7 @@ import {
   openGate,
   readGate,
   shot,
+  sleep,
   stopServer,
   waitForText,
 } from './harness.mjs';
@@ -437,6 +438,34 @@ test('filters: by session, and a search over questions', { timeout: TEST_TIMEOUT
   world.assertNoProblems();
 });
 
+test('a deadline under a minute away counts down in seconds', { timeout: TEST_TIMEOUT }, async (t) => {
+  const world = await setup(t);
+  const soon = await openGate(world.server, {
+    question: 'Roll back?',
+    choices: ['yes', 'no'],
+    response_policy: { timeout: 45e9, on_timeout: 'respond', response: { action: 'answer', values: { answer: 'no' } } },
+  });
+  const page = await world.page();
+  const deadline = openCard(page, soon).getByTestId('deadline');
+  const seconds = async () => {
+    const text = await deadline.textContent();
+    const match = text.match(/^deadline in (\d+) s, then “no”$/);
+    assert.ok(match, `a deadline 45 s away shows seconds: ${JSON.stringify(text)}`);
+    return Number(match[1]);
+  };
+  const first = await seconds();
+  assert.ok(first > 0 && first <= 45, `at most 45 s: ${first}`);
+  // It counts down while the page is open (the page rewrites it every second).
+  const until = Date.now() + WAIT;
+  let later = first;
+  while (later >= first && Date.now() < until) {
+    await sleep(200);
+    later = await seconds();
+  }
+  assert.ok(later < first, `counted down from ${first} s, now ${later} s`);
+  world.assertNoProblems();
+});
+
 test('keyboard only: reach a choice with Tab, answer with Enter, focus moves to the next question', { timeout: TEST_TIMEOUT }, async (t) => {
   const world = await setup(t);
   const older = await openGate(world.server, { question: 'Type an answer?' });
@@ -466,6 +495,23 @@ test('keyboard only: reach a choice with Tab, answer with Enter, focus moves to 
 
   // Focus went on to the next question; its field is one Tab away: type and press Enter.
   assert.equal((await focused()).gate, older.gate.id);
+  // The ring around that card is the focus colour, a blue: nothing like the page's error red.
+  const ring = await openCard(page, older).evaluate((card) => {
+    const style = getComputedStyle(card);
+    const probe = document.createElement('div');
+    probe.style.color = 'var(--danger)';
+    document.body.append(probe);
+    const danger = getComputedStyle(probe).color;
+    probe.style.color = 'var(--focus)';
+    const focus = getComputedStyle(probe).color;
+    probe.remove();
+    return { style: style.outlineStyle, color: style.outlineColor, focus, danger };
+  });
+  assert.equal(ring.style, 'solid', 'the next card is ringed');
+  assert.equal(ring.color, ring.focus, 'in the focus colour');
+  assert.notEqual(ring.color, ring.danger, 'not in the error colour');
+  const [red, , blue] = ring.color.match(/\d+/g).map(Number);
+  assert.ok(blue > red, `the focus ring is blue, not red: ${ring.color}`);
   await shot(page, 'keyboard-next.png');
   await page.keyboard.press('Tab');
   assert.equal((await focused()).testid, 'answer-input');
