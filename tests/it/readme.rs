@@ -26,27 +26,36 @@ async fn the_readme_walkthrough_runs_as_written() {
     }
     let app = TestApp::spawn().await;
     let script = script.replace(DEFAULT_URL_LINE, &format!("GATEHOUSE={}", app.base));
-    let output = bounded(
-        "walk-through",
-        tokio::process::Command::new("bash").args(["-euo", "pipefail", "-c", &script]).output(),
-    )
-    .await
-    .expect("run bash");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the walk-through failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-
-    // What the walk-through claims happened, checked through the API.
-    let gates = app.get("/v1/gates").await.expect(200).json();
-    let view = &gates["gates"][0];
-    assert_eq!(view["state"], "resolved");
-    assert_eq!(view["answer"], "postgres");
-    let (session, loop_id) = (view["session_id"].as_str().unwrap(), view["loop_id"].as_str().unwrap());
-    assert!(app.inbox(session, loop_id).await.is_empty(), "the walk-through acked its command");
-    let all = app
-        .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true"))
+    // Twice: a newcomer runs it again, and the ids it mints must not collide with the first run's.
+    for run in 1..=2 {
+        let output = bounded(
+            "walk-through",
+            tokio::process::Command::new("bash").args(["-euo", "pipefail", "-c", &script]).output(),
+        )
         .await
-        .expect(200)
-        .json();
-    assert_eq!(all["commands"][0]["command"]["answer"], "postgres");
-    assert!(stdout.contains("204"), "the ack answered 204:\n{stdout}");
+        .expect("run bash");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "run {run} of the walk-through failed:\n{stdout}\n{stderr}");
+        assert!(stdout.contains("ack: 204"), "run {run}: the ack answered 204:\n{stdout}");
+    }
+
+    // What the walk-through claims happened, checked through the API: two gates in two sessions,
+    // each answered, each command delivered to its loop and acked.
+    let gates = app.get("/v1/gates").await.expect(200).json();
+    let views = gates["gates"].as_array().expect("gates");
+    assert_eq!(views.len(), 2, "each run opened its own gate: {gates}");
+    assert_ne!(views[0]["session_id"], views[1]["session_id"], "each run minted its own ids");
+    for view in views {
+        assert_eq!(view["state"], "resolved");
+        assert_eq!(view["answer"], "postgres");
+        let (session, loop_id) = (view["session_id"].as_str().unwrap(), view["loop_id"].as_str().unwrap());
+        assert!(app.inbox(session, loop_id).await.is_empty(), "the walk-through acked its command");
+        let all = app
+            .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true"))
+            .await
+            .expect(200)
+            .json();
+        assert_eq!(all["commands"][0]["command"]["answer"], "postgres");
+    }
 }
