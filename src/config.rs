@@ -24,7 +24,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gate server on an embedded SQLite file.
-    Serve(ServeArgs),
+    // Boxed: the server has many flags, the client subcommands few.
+    Serve(Box<ServeArgs>),
     /// Ask a person a question and print the answer (blocks until answered).
     #[command(after_help = ASK_EXAMPLES)]
     Ask(AskArgs),
@@ -185,6 +186,11 @@ pub struct ServeArgs {
     #[arg(long, env = "GATEHOUSE_DB", default_value = "gatehouse.db")]
     pub db: PathBuf,
 
+    /// The server key (answer links, login cookies), kept out of the database so that a copy of
+    /// it cannot answer gates. Created if missing. Default: `<db>.key` beside the database.
+    #[arg(long, value_name = "PATH", env = "GATEHOUSE_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+
     /// `full`: an acknowledged answer survives power loss. `normal`: faster, but the last commits
     /// may roll back after power loss or an OS crash (a process crash alone loses nothing).
     #[arg(long, env = "GATEHOUSE_SYNC", value_enum, default_value_t = SyncMode::Full)]
@@ -296,6 +302,7 @@ impl fmt::Debug for ServeArgs {
         f.debug_struct("ServeArgs")
             .field("bind", &self.bind)
             .field("db", &self.db)
+            .field("secret_file", &self.secret_file)
             .field("sync", &self.sync)
             .field("max_body", &self.max_body)
             .field("heartbeat", &self.heartbeat)
@@ -326,7 +333,7 @@ impl ServeArgs {
         };
         serve.db = db.into();
         serve.bind = bind;
-        serve
+        *serve
     }
 }
 

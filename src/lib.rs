@@ -55,6 +55,7 @@ pub fn open_store(args: &ServeArgs) -> Result<Store, OpenError> {
     Store::open(StoreConfig {
         path: args.db.clone(),
         durability: args.sync.into(),
+        key_file: args.secret_file.clone(),
         before_commit: args.hooks.before_commit.clone(),
         fault_file: args.fault_file.clone(),
     })
@@ -121,7 +122,7 @@ pub async fn run(
         },
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
-        auth: Arc::new(Auth::new(security, store.link_key(), webhook_secret)),
+        auth: Arc::new(Auth::new(security, store.server_key().expose(), webhook_secret)),
     });
     match state.auth.security.tokens() {
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Serve(args) => runtime.block_on(serve(*args)),
         Command::Bench(args) => runtime.block_on(gatehouse::bench::run(args)),
         Command::BenchCeiling(args) => runtime.block_on(gatehouse::bench::serve_ceiling(args)),
         client => runtime.block_on(gatehouse::cli::run(client)),

@@ -16,6 +16,6 @@ pub use events::{AnsweredBy, Coordinates, GateOpened, GateResolved, ProvideUserI
 pub use fields::{FieldCode, FieldError};
 pub use gate::{AskUser, Gate, OpenGateIn, OpenRejection};
 pub use ids::{CommandId, EventId, GateId, IdError, LoopId, SessionId, StepId, ToolExecutionId, TurnId};
-pub use links::link_token;
+pub use links::ServerKey;
 pub use time::Timestamp;
 pub use view::{GateState, GateView, InboxEntry, JournalEntry, JournalPage};

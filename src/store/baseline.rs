@@ -10,12 +10,12 @@ use serde_json::json;
 
 use super::gates::{self, AnswerOutcome, Idempotency, OpenOutcome};
 use super::{Durability, OpenError, StoreError, schema};
-use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, SessionId, gate::MAX_TIMEOUT_NANOS};
+use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, ServerKey, SessionId, gate::MAX_TIMEOUT_NANOS};
 
 /// A database on which gates are opened in bulk, then answered one transaction each.
 pub struct OneTransactionPerAnswer {
     conn: Connection,
-    link_key: Vec<u8>,
+    key: ServerKey,
     /// Opened and not yet answered.
     open: Vec<(SessionId, GateId)>,
 }
@@ -23,9 +23,10 @@ pub struct OneTransactionPerAnswer {
 impl OneTransactionPerAnswer {
     /// Opens (and creates) the database at `path` as the server would.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, OpenError> {
-        let conn = schema::open_writer(path, durability)?;
-        let link_key = schema::link_key(&conn, path)?;
-        Ok(Self { conn, link_key, open: Vec::new() })
+        let mut key_file = path.as_os_str().to_owned();
+        key_file.push(".key");
+        let (conn, key) = schema::open_writer(path, durability, Path::new(&key_file))?;
+        Ok(Self { conn, key, open: Vec::new() })
     }
 
     /// Opens `count` free-text gates in one transaction (the setup, not what is measured). A
@@ -45,7 +46,7 @@ impl OneTransactionPerAnswer {
                 .ok()
                 .and_then(|open| open.validate(MAX_TIMEOUT_NANOS).ok())
                 .ok_or_else(|| StoreError::Internal("the baseline question is invalid".into()))?;
-            match gates::open(&self.conn, session, &ask, PER_SESSION, &self.link_key, &mut Vec::new())? {
+            match gates::open(&self.conn, session, &ask, PER_SESSION, &self.key, &mut Vec::new())? {
                 OpenOutcome::Created(view) => self.open.push((session, view.gate_id)),
                 other => return Err(StoreError::Internal(format!("opening a baseline gate: {other:?}"))),
             }

@@ -11,7 +11,7 @@ use crate::bus::Effect;
 use crate::domain::events::to_json;
 use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
-    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested, link_token,
+    LoopId, ProvideUserInput, ServerKey, SessionId, Timestamp, UserInputRequested,
 };
 
 /// The columns `record` reads. A macro, so the single-row lookups are constant strings (`concat!`)
@@ -64,9 +64,11 @@ fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
     })
 }
 
-/// The gate an answer-link token belongs to.
-pub fn find_by_link(conn: &Connection, token: &str) -> rusqlite::Result<Option<GateRecord>> {
-    conn.prepare_cached(concat!(select_record!(), " WHERE g.link_token = ?1"))?.query_row([token], record).optional()
+/// The gate whose answer-link token has this digest (`ServerKey::link_digest`).
+pub fn find_by_link(conn: &Connection, digest: &[u8; 32]) -> rusqlite::Result<Option<GateRecord>> {
+    conn.prepare_cached(concat!(select_record!(), " WHERE g.link_digest = ?1"))?
+        .query_row([digest.as_slice()], record)
+        .optional()
 }
 
 /// One gate by id, in whatever session.
@@ -97,7 +99,7 @@ pub fn open(
     session: SessionId,
     ask: &AskUser,
     max_open: usize,
-    link_key: &[u8],
+    key: &ServerKey,
     effects: &mut Vec<Effect>,
 ) -> Result<OpenOutcome, StoreError> {
     let content = ask.content.canonical();
@@ -132,7 +134,7 @@ pub fn open(
     let respond_at = deadline.filter(|_| gate.default_answer().is_some());
     conn.prepare_cached(
         "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at,
-                            deadline, respond_at, link_token)
+                            deadline, respond_at, link_digest)
          VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
@@ -146,7 +148,7 @@ pub fn open(
         now.as_nanos(),
         deadline.map(Timestamp::as_nanos),
         respond_at.map(Timestamp::as_nanos),
-        link_token(link_key, gate.id),
+        key.link_digest(&key.link_token(gate.id)).as_slice(),
     ])?;
     if let Some(at) = respond_at {
         effects.push(Effect::Deadline(gate.id, at));

@@ -4,6 +4,7 @@
 //! only this module's async API, never rusqlite.
 
 mod baseline;
+mod files;
 mod gates;
 mod inbox;
 mod journal;
@@ -12,8 +13,8 @@ mod schema;
 mod webhooks;
 mod writer;
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
+use std::fs::{File, TryLockError};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -31,7 +32,8 @@ pub use writer::{BeforeCommit, Health, PendingCommit};
 
 use crate::bus::{Bus, Effect};
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, SessionId, Timestamp,
+    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, ServerKey, SessionId,
+    Timestamp,
 };
 use writer::{Job, Msg, Writer};
 
@@ -57,6 +59,8 @@ pub enum Durability {
 pub struct StoreConfig {
     pub path: PathBuf,
     pub durability: Durability,
+    /// The server key's file (`--secret-file`; default `<db>.key` beside the database).
+    pub key_file: Option<PathBuf>,
     /// Test-only: called on the writer thread just before every COMMIT.
     pub before_commit: Option<BeforeCommit>,
     /// Test-only: a file naming a storage fault to inject (spec §7, `--fault-file`).
@@ -120,38 +124,19 @@ struct Inner {
     reader_slots: Arc<tokio::sync::Semaphore>,
     health: Arc<Health>,
     bus: Arc<Bus>,
-    /// The server secret answer-link tokens are derived with (kept in `meta`, so links survive
-    /// restarts).
-    link_key: Arc<Vec<u8>>,
+    /// The server key answer-link tokens and login cookies are derived from (kept in its own
+    /// file, so links survive restarts and a copy of the database cannot make them).
+    key: Arc<ServerKey>,
     lock: Mutex<Option<File>>,
     thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// `<db>.lock`, beside the database, named after its canonical path so that two spellings of the
-/// same file (a symlink, `./x.db`) share one lock.
-fn lock_path(db: &Path) -> PathBuf {
-    let canonical = std::fs::canonicalize(db).unwrap_or_else(|_| {
-        // Not created yet: the directory can still be resolved.
-        let dir = db.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = db.file_name().map(PathBuf::from).unwrap_or_default();
-        std::fs::canonicalize(dir).map(|d| d.join(&name)).unwrap_or_else(|_| db.to_owned())
-    });
-    let mut p = canonical.into_os_string();
-    p.push(".lock");
-    PathBuf::from(p)
 }
 
 impl Store {
     /// Takes the exclusive lock, opens and migrates the database, and starts the writer thread.
     /// Must be called from inside a tokio runtime.
     pub fn open(config: StoreConfig) -> Result<Self, OpenError> {
-        let lock_file = lock_path(&config.path);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_file)
-            .map_err(|e| OpenError::Locked(format!("cannot create the lock file {}: {e}", lock_file.display())))?;
+        let lock_file = files::sibling(&config.path, ".lock");
+        let lock = files::open_lock(&lock_file)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -167,8 +152,10 @@ impl Store {
             }
         }
 
-        let conn = schema::open_writer(&config.path, config.durability)?;
-        let link_key = schema::link_key(&conn, &config.path)?;
+        let key_file = config.key_file.clone().unwrap_or_else(|| files::sibling(&config.path, ".key"));
+        let [wal, shm] = ["-wal", "-shm"].map(|suffix| files::sibling(&config.path, suffix));
+        files::warn_if_exposed(&[&config.path, &wal, &shm, &lock_file, &key_file]);
+        let (conn, key) = schema::open_writer(&config.path, config.durability, &key_file)?;
         let head = journal::head(&conn)
             .map_err(|e| OpenError::Database(format!("{}: cannot read the journal: {e}", config.path.display())))?;
         let bus = Arc::new(Bus::new(head));
@@ -195,7 +182,7 @@ impl Store {
                 reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 health,
                 bus,
-                link_key: Arc::new(link_key),
+                key: Arc::new(key),
                 lock: Mutex::new(Some(lock)),
                 thread: Mutex::new(Some(thread)),
             }),
@@ -207,9 +194,9 @@ impl Store {
         &self.inner.bus
     }
 
-    /// The key answer-link tokens are derived with.
-    pub fn link_key(&self) -> &Arc<Vec<u8>> {
-        &self.inner.link_key
+    /// The key answer-link tokens and login cookies are derived from.
+    pub fn server_key(&self) -> &Arc<ServerKey> {
+        &self.inner.key
     }
 
     /// Whether the last write succeeded (for `/readyz`).
@@ -313,7 +300,7 @@ impl Store {
         ask: AskUser,
         max_open: usize,
     ) -> Result<OpenOutcome, StoreError> {
-        let key = Arc::clone(&self.inner.link_key);
+        let key = Arc::clone(&self.inner.key);
         self.write(move |conn, effects| gates::open(conn, session, &ask, max_open, &key, effects)).await
     }
 
@@ -361,7 +348,8 @@ impl Store {
 
     /// The gate an answer-link token belongs to.
     pub async fn gate_by_link(&self, token: String) -> Result<Option<GateRecord>, StoreError> {
-        self.lookup(move |conn| gates::find_by_link(conn, &token)).await
+        let digest = self.inner.key.link_digest(&token);
+        self.lookup(move |conn| gates::find_by_link(conn, &digest)).await
     }
 
     /// One gate by id, in whatever session.

@@ -3,17 +3,27 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OpenFlags, ffi};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, ffi};
 
-use super::{Durability, OpenError};
+use super::{Durability, OpenError, files};
+use crate::domain::ServerKey;
 
 /// Marks the file as ours (`PRAGMA application_id`), so another program's SQLite database is
 /// refused instead of being migrated. The bytes spell "gate".
 const APPLICATION_ID: i32 = 0x6761_7465;
 
+/// One step of the schema: SQL, then work that needs Rust (and the server key).
+struct Migration {
+    sql: &'static str,
+    then: Option<fn(&Connection, &ServerKey) -> rusqlite::Result<()>>,
+}
+
 /// Each step brings the schema from version `index` to `index + 1`. Never edit a released step;
 /// append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[Migration] =
+    &[Migration { sql: FIRST, then: None }, Migration { sql: LINK_DIGESTS, then: Some(digest_links) }];
+
+const FIRST: &str = r#"
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -94,7 +104,32 @@ CREATE TABLE webhook_attempts (
     PRIMARY KEY (url, journal_seq)
 ) STRICT;
 CREATE INDEX webhook_attempts_by_status ON webhook_attempts (status, url, journal_seq);
-"#];
+"#;
+
+/// Version 2: answer-link tokens are no longer stored, only their keyed digests, and the key
+/// leaves the database for its key file. `link_token` stays as a column (SQLite cannot drop a
+/// UNIQUE one without rebuilding the table) but is emptied and never written again; the old
+/// `meta.link_key` is deleted. `digest_links` fills the digests.
+const LINK_DIGESTS: &str = r#"
+ALTER TABLE gates ADD COLUMN link_digest BLOB;
+CREATE UNIQUE INDEX gates_by_link_digest ON gates (link_digest);
+"#;
+
+/// Replaces each stored token with its keyed digest, and forgets the key, overwriting what is
+/// deleted (`secure_delete`), so neither the tokens nor the key stay readable in free pages.
+fn digest_links(conn: &Connection, key: &ServerKey) -> rusqlite::Result<()> {
+    conn.execute_batch("PRAGMA secure_delete = ON")?;
+    let tokens: Vec<(String, String)> = conn
+        .prepare("SELECT gate_id, link_token FROM gates WHERE link_token IS NOT NULL")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut update = conn.prepare("UPDATE gates SET link_digest = ?2, link_token = NULL WHERE gate_id = ?1")?;
+    for (gate, token) in tokens {
+        update.execute(rusqlite::params![gate, key.link_digest(&token).as_slice()])?;
+    }
+    conn.execute("DELETE FROM meta WHERE key = 'link_key'", [])?;
+    conn.execute_batch("PRAGMA secure_delete = OFF")
+}
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -123,8 +158,11 @@ fn tune(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Opens the write connection: recognises the file, sets pragmas, migrates.
-pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, OpenError> {
+/// Opens the write connection: recognises the file, sets pragmas, finds the server key (in
+/// `key_file`, creating it when the database is new), migrates. A new database file is created
+/// readable by its owner only.
+pub fn open_writer(path: &Path, durability: Durability, key_file: &Path) -> Result<(Connection, ServerKey), OpenError> {
+    files::create_database(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|e| describe(path, e))?;
     tune(&conn).map_err(|e| describe(path, e))?;
@@ -144,8 +182,56 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection, Op
         "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA cache_size = -{WRITER_CACHE_KIB};"
     ))
     .map_err(|e| describe(path, e))?;
-    migrate(&conn).map_err(|e| describe(path, e))??;
-    Ok(conn)
+    let key = server_key(&conn, path, key_file)?;
+    migrate(&conn, &key).map_err(|e| describe(path, e))??;
+    Ok((conn, key))
+}
+
+/// The server key: from its file; for a database of version 1, moved there from `meta` (the
+/// migration to version 2 then deletes it from the database); for a new database, made afresh.
+/// A database that has gates but lost its key file gets a new key, with a warning: its answer
+/// links and logins stop working, everything else goes on.
+fn server_key(conn: &Connection, path: &Path, key_file: &Path) -> Result<ServerKey, OpenError> {
+    if let Some(key) = files::read_key(key_file)? {
+        return Ok(key);
+    }
+    // A new database has no tables yet; one of version 1 keeps its key in `meta`.
+    let legacy: Option<String> = if has_table(conn, "meta").map_err(|e| describe(path, e))? {
+        conn.query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| describe(path, e))?
+    } else {
+        None
+    };
+    let key = match legacy {
+        Some(key) => ServerKey::new(key.into_bytes())
+            .ok_or_else(|| OpenError::Database(format!("{}: the stored link key is damaged", path.display())))?,
+        None => {
+            let gates: i64 = if has_table(conn, "gates").map_err(|e| describe(path, e))? {
+                conn.query_row("SELECT count(*) FROM gates", [], |r| r.get(0)).map_err(|e| describe(path, e))?
+            } else {
+                0
+            };
+            if gates > 0 {
+                tracing::warn!(
+                    "the server key {} is missing: a new one is made, so the answer links already sent and the \
+                     page's logins stop working (gates stay answerable through the API); restore the key file \
+                     beside the database to keep them",
+                    key_file.display()
+                );
+            }
+            ServerKey::generate()
+        }
+    };
+    files::write_key(key_file, &key)?;
+    Ok(key)
+}
+
+fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1", [name], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|n| n > 0)
 }
 
 /// Opens a read-only connection (the writer has already created and migrated the file).
@@ -196,15 +282,16 @@ fn check_structure(conn: &Connection, path: &Path) -> rusqlite::Result<Result<()
     })
 }
 
-fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
+fn migrate(conn: &Connection, key: &ServerKey) -> rusqlite::Result<Result<(), OpenError>> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let migrated = version < SCHEMA_VERSION;
     for (from, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let to = from + 1;
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let applied = (|| {
-            conn.execute_batch(step)?;
-            if from == 0 {
-                seed_meta(conn)?;
+            conn.execute_batch(step.sql)?;
+            if let Some(then) = step.then {
+                then(conn, key)?;
             }
             conn.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {to};"))
         })();
@@ -217,21 +304,12 @@ fn migrate(conn: &Connection) -> rusqlite::Result<Result<(), OpenError>> {
         }
         tracing::info!(from, to, "migrated the database schema");
     }
+    if migrated {
+        // What a migration deleted may still sit in the WAL's older frames: move everything into
+        // the main file (whose deleted bytes `secure_delete` overwrote) and empty the WAL.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    }
     Ok(Ok(()))
-}
-
-/// The server's secret for answer links and login cookies (see `seed_meta`).
-pub fn link_key(conn: &Connection, path: &Path) -> Result<Vec<u8>, OpenError> {
-    conn.query_row("SELECT value FROM meta WHERE key = 'link_key'", [], |r| r.get::<_, String>(0))
-        .map(String::into_bytes)
-        .map_err(|e| OpenError::Database(format!("{}: cannot read the server key: {e}", path.display())))
-}
-
-/// Server secrets generated once, for answer links and page cookies (later issues use them).
-fn seed_meta(conn: &Connection) -> rusqlite::Result<()> {
-    let key = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    conn.execute("INSERT INTO meta (key, value) VALUES ('link_key', ?1)", [key])?;
-    Ok(())
 }
 
 /// Turns an SQLite error at start-up into words an operator can act on.
@@ -253,4 +331,73 @@ fn describe(path: &Path, e: rusqlite::Error) -> OpenError {
         },
     };
     OpenError::Database(format!("{} {what}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD_KEY: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const OLD_TOKEN: &str = "c3RvcmVkLWluLWNsZWFyLWJ5LXZlcnNpb24tb25lLXRva2Vu";
+
+    /// A database as version 1 left it: the link key in `meta`, a gate's token in clear.
+    fn version_one(path: &Path) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+        conn.execute_batch(FIRST).unwrap();
+        conn.execute("INSERT INTO meta (key, value) VALUES ('link_key', ?1)", [OLD_KEY]).unwrap();
+        conn.execute_batch(&format!(
+            "INSERT INTO journal (seq, session_id, gate_id, type, event) VALUES (1, 's', 'g', 'GateOpened', '{{}}');
+             INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq,
+                                opened_at, link_token)
+             VALUES ('g', 's', 'l', 't', 'open', 'c', '{{}}', 1, 0, '{OLD_TOKEN}');
+             PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 1;"
+        ))
+        .unwrap();
+    }
+
+    /// Every byte of the database's files.
+    fn file_bytes(db: &Path) -> Vec<u8> {
+        ["", "-wal", "-shm"]
+            .iter()
+            .flat_map(|suffix| {
+                let mut path = db.as_os_str().to_owned();
+                path.push(suffix);
+                std::fs::read(path).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    fn contains(haystack: &[u8], needle: &str) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+    }
+
+    #[test]
+    fn version_two_moves_the_key_out_and_keeps_only_digests_of_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, key_file) = (dir.path().join("old.db"), dir.path().join("old.db.key"));
+        version_one(&db);
+        assert!(contains(&file_bytes(&db), OLD_TOKEN) && contains(&file_bytes(&db), OLD_KEY), "the setup stores both");
+
+        let (conn, key) = open_writer(&db, Durability::Normal, &key_file).unwrap();
+        assert_eq!(key.expose(), OLD_KEY.as_bytes(), "the old key goes on, so links already sent still work");
+        assert_eq!(std::fs::read_to_string(&key_file).unwrap().trim(), OLD_KEY);
+        let (token, digest): (Option<String>, Vec<u8>) =
+            conn.query_row("SELECT link_token, link_digest FROM gates", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        assert_eq!((token, digest), (None, key.link_digest(OLD_TOKEN).to_vec()));
+        drop(conn);
+        let bytes = file_bytes(&db);
+        assert!(!contains(&bytes, OLD_TOKEN), "no token is left in the database's files");
+        assert!(!contains(&bytes, OLD_KEY), "nor the key");
+    }
+
+    #[test]
+    fn a_new_database_gets_a_new_private_key_file_and_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, key_file) = (dir.path().join("new.db"), dir.path().join("new.db.key"));
+        let (_, first) = open_writer(&db, Durability::Normal, &key_file).unwrap();
+        let (_, again) = open_writer(&db, Durability::Normal, &key_file).unwrap();
+        assert_eq!(first.expose(), again.expose());
+        assert!(!contains(&file_bytes(&db), std::str::from_utf8(first.expose()).unwrap()));
+    }
 }

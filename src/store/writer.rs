@@ -401,7 +401,7 @@ mod tests {
         // No sender left: after the batch the writer sees the end of its queue and closes.
         drop(tx);
         let writer = Writer {
-            conn: schema::open_writer(&path, Durability::Normal).unwrap(),
+            conn: schema::open_writer(&path, Durability::Normal, &dir.path().join("writer.key")).unwrap().0,
             rx,
             bus: Arc::clone(bus),
             health: Arc::default(),

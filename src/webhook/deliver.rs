@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::sign::{self, Secret};
 use crate::backoff::Backoff;
-use crate::domain::{GateId, GateOpened, Timestamp, link_token};
+use crate::domain::{GateId, GateOpened, ServerKey, Timestamp};
 use crate::error::innermost_cause;
 use crate::store::Store;
 
@@ -36,7 +36,7 @@ pub struct Delivery {
     pub schedule: Vec<Duration>,
     /// Base of answer links (`{public_url}/v1/answers/{token}`).
     pub public_url: String,
-    pub link_key: std::sync::Arc<Vec<u8>>,
+    pub key: std::sync::Arc<ServerKey>,
     pub shutdown: CancellationToken,
 }
 
@@ -173,7 +173,7 @@ impl Delivery {
         let event: &RawValue = serde_json::from_str(event).expect("read above");
         match head.gate.as_ref().filter(|_| head.kind == GateOpened::TYPE) {
             Some(gate) => {
-                let token = link_token(&self.link_key, gate.id);
+                let token = self.key.link_token(gate.id);
                 let answer_url = format!("{}/v1/answers/{token}", self.public_url);
                 format!(
                     "{{\"v\":1,\"journal_seq\":{seq},\"event\":{},\"answer_url\":{}}}",

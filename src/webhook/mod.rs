@@ -81,7 +81,7 @@ pub async fn start(
             args.webhook_retry_schedule.clone()
         },
         public_url,
-        link_key: Arc::clone(store.link_key()),
+        key: Arc::clone(store.server_key()),
         shutdown,
     };
     for endpoint in endpoints {

@@ -371,6 +371,8 @@ pub struct ServerProcess {
     child: Child,
     /// Kept so the forwarding thread keeps draining the pipe.
     stderr: mpsc::Receiver<String>,
+    /// What the server wrote before it said where it listens (start-up warnings).
+    startup: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::ops::Deref for ServerProcess {
@@ -428,6 +430,7 @@ impl ServerProcess {
             .expect("start gatehouse");
         let stderr = collect_stderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
+        let mut startup = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let line = stderr.recv_timeout(left).unwrap_or_else(|_| {
@@ -436,8 +439,10 @@ impl ServerProcess {
             });
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let base = rest.split_whitespace().next().expect("address").to_owned();
-                return Self { client: Client::new(base), child, stderr };
+                startup.push(line);
+                return Self { client: Client::new(base), child, stderr, startup: startup.into() };
             }
+            startup.push(line);
         }
     }
 
@@ -448,9 +453,12 @@ impl ServerProcess {
         line.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()).expect("VmRSS in kB") * 1024
     }
 
-    /// The lines the server wrote to stderr since the last call.
+    /// The lines the server wrote to stderr since the last call (the first call includes those
+    /// it wrote while starting).
     pub fn log_lines(&self) -> Vec<String> {
-        self.stderr.try_iter().collect()
+        let mut lines = std::mem::take(&mut *self.startup.lock().expect("start-up lines"));
+        lines.extend(self.stderr.try_iter());
+        lines
     }
 
     /// Runs `gatehouse serve --bind BIND --db DB EXTRA…` to completion (bounded), for servers that

@@ -16,6 +16,7 @@ mod hostile;
 mod inbox;
 mod kill;
 mod readme;
+mod stored;
 mod streams;
 mod stuck;
 mod timeouts;
