@@ -200,6 +200,16 @@ pub struct ServeArgs {
     #[arg(long, env = "GATEHOUSE_MAX_BODY", default_value = "1MiB", value_parser = parse_size)]
     pub max_body: usize,
 
+    /// About how many bytes one page of a listing, the journal or an inbox may hold (bytes, or
+    /// with a KiB/MiB suffix); a page that reaches it ends early and its cursor goes on from there.
+    #[arg(long, env = "GATEHOUSE_MAX_PAGE_BYTES", default_value = "1MiB", value_parser = parse_size)]
+    pub max_page_bytes: usize,
+
+    /// Pages one token may have in flight at once (read from the database and not yet sent);
+    /// more get `429` (only with tokens).
+    #[arg(long, value_name = "N", env = "GATEHOUSE_MAX_PAGE_READS_PER_TOKEN", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_page_reads_per_token: u32,
+
     /// How often streams send a `: ping` comment (e.g. 15s, 500ms).
     #[arg(long, env = "GATEHOUSE_HEARTBEAT", default_value = "15s", value_parser = parse_duration)]
     pub heartbeat: Duration,
@@ -305,6 +315,8 @@ impl fmt::Debug for ServeArgs {
             .field("secret_file", &self.secret_file)
             .field("sync", &self.sync)
             .field("max_body", &self.max_body)
+            .field("max_page_bytes", &self.max_page_bytes)
+            .field("max_page_reads_per_token", &self.max_page_reads_per_token)
             .field("heartbeat", &self.heartbeat)
             .field("stream_stall", &self.stream_stall)
             .field("max_streams", &self.max_streams)

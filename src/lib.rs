@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use auth::{Auth, Security};
 pub use config::ServeArgs;
 pub use http::router;
-use http::{AppState, Handles, Limits, StallGuardListener};
+use http::{AppState, Handles, Limits, PageReads, StallGuardListener};
 use store::{OpenError, Store, StoreConfig};
 
 /// Why `serve` stopped with an error.
@@ -119,7 +119,9 @@ pub async fn run(
             heartbeat: args.heartbeat,
             max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
             max_open_gates: args.max_open_gates as usize,
+            max_page_bytes: args.max_page_bytes,
         },
+        page_reads: PageReads::new(args.max_page_reads_per_token),
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
         auth: Arc::new(Auth::new(security, store.server_key().expose(), webhook_secret)),

@@ -77,3 +77,30 @@ pub struct InboxEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acked_at: Option<Timestamp>,
 }
+
+/// About how many bytes a row adds to a JSON page: its stored JSON and text, plus the ids, seqs
+/// and timestamps around them (escaping may add a little). Pages are capped in these bytes as
+/// well as in rows, so a page of the largest gates stays bounded.
+pub trait PageBytes {
+    fn page_bytes(&self) -> usize;
+}
+
+impl PageBytes for GateView {
+    fn page_bytes(&self) -> usize {
+        const AROUND: usize = 320;
+        let resolution = self.resolution.as_ref().map_or(0, |r| r.get().len());
+        self.gate.get().len() + resolution + self.answer.as_ref().map_or(0, String::len) + AROUND
+    }
+}
+
+impl PageBytes for JournalEntry {
+    fn page_bytes(&self) -> usize {
+        self.event.get().len() + 40
+    }
+}
+
+impl PageBytes for InboxEntry {
+    fn page_bytes(&self) -> usize {
+        self.command.get().len() + 80
+    }
+}

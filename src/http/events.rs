@@ -108,9 +108,9 @@ async fn follow(
             let (frames, next) = match bus.frames_after(cursor, upto, session, BATCH) {
                 Some((frames, next)) => (frames.into_iter().map(|f| f.bytes).collect::<Vec<_>>(), next),
                 // Behind the ring: a bounded batch from the database, released before sending.
-                None => match state.store.journal_range(session, cursor, upto, BATCH).await {
-                    Ok(rows) => {
-                        let next = if rows.len() < BATCH { upto } else { rows.last().map_or(upto, |(seq, _)| *seq) };
+                None => match state.store.journal_range(session, cursor, upto, state.limits.page(BATCH)).await {
+                    Ok((rows, more)) => {
+                        let next = if more { rows.last().map_or(upto, |(seq, _)| *seq) } else { upto };
                         (rows.iter().map(|(seq, event)| enduring_frame(*seq, event)).collect(), next)
                     }
                     Err(e) => {

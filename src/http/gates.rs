@@ -7,7 +7,7 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
-use super::{AppState, Route, SessionPath, json, limit, wait_deadline, wait_until};
+use super::{AppState, Route, SessionPath, json, limit, pages, wait_deadline, wait_until};
 use crate::auth::Access;
 use crate::auth::{Caller, PRINCIPAL_WEBHOOK};
 use crate::domain::{
@@ -267,7 +267,12 @@ fn parse_cursor(order: ListOrder, raw: &str) -> Result<ListCursor, ApiError> {
     parsed.ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing and order".into()))
 }
 
-async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Result<Response, ApiError> {
+async fn list(
+    state: AppState,
+    caller: Caller,
+    session: Option<SessionId>,
+    p: ListParams,
+) -> Result<Response, ApiError> {
     let states = match p.state.as_deref() {
         None | Some("") => Vec::new(),
         Some(list) => list
@@ -293,27 +298,30 @@ async fn list(state: AppState, session: Option<SessionId>, p: ListParams) -> Res
         }
     };
     let after = p.after.as_deref().map(|raw| parse_cursor(order, raw)).transpose()?;
-    let query = ListQuery { session, states, order, limit: limit(p.limit)?, after };
+    let query = ListQuery { session, states, order, page: state.limits.page(limit(p.limit)?), after };
+    let read = state.page_reads.take(&caller)?;
     let listing = state.store.list_gates(query).await?;
     let next_after = match listing.gates.last() {
         Some(last) if listing.more => Some(cursor(order, last)),
         _ => None,
     };
     let body = GateListing { gates: listing.gates, journal_seq: listing.journal_seq, next_after };
-    Ok(json(StatusCode::OK, &body))
+    Ok(pages::page(&body, read))
 }
 
 async fn list_session_gates(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     QueryParams(params): QueryParams<ListParams>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
-    list(state, Some(session_id), params).await
+    list(state, caller, Some(session_id), params).await
 }
 
 async fn list_gates(
     State(state): State<AppState>,
     QueryParams(params): QueryParams<ListParams>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
-    list(state, None, params).await
+    list(state, caller, None, params).await
 }

@@ -1,13 +1,12 @@
 //! Journal pages (spec §5.7): `from_journal_seq` is inclusive (an SSE cursor is exclusive).
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::{Params, QueryParams};
-use super::{AppState, Route, SessionPath, json, limit, seq};
-use crate::auth::Access;
+use super::{AppState, Route, SessionPath, limit, pages, seq};
+use crate::auth::{Access, Caller};
 use crate::domain::SessionId;
 use crate::error::ApiError;
 
@@ -24,23 +23,32 @@ struct PageParams {
     limit: Option<u32>,
 }
 
-async fn page(state: AppState, session: Option<SessionId>, p: PageParams) -> Result<Response, ApiError> {
+async fn page(
+    state: AppState,
+    caller: Caller,
+    session: Option<SessionId>,
+    p: PageParams,
+) -> Result<Response, ApiError> {
     let from = seq("from_journal_seq", p.from_journal_seq.unwrap_or(0))?;
-    let page = state.store.journal(session, from, limit(p.limit)?).await?;
-    Ok(json(StatusCode::OK, &page))
+    let page_limit = state.limits.page(limit(p.limit)?);
+    let read = state.page_reads.take(&caller)?;
+    let journal = state.store.journal(session, from, page_limit).await?;
+    Ok(pages::page(&journal, read))
 }
 
 async fn session_journal(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     QueryParams(p): QueryParams<PageParams>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
-    page(state, Some(session_id), p).await
+    page(state, caller, Some(session_id), p).await
 }
 
 async fn global_journal(
     State(state): State<AppState>,
     QueryParams(p): QueryParams<PageParams>,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
-    page(state, None, p).await
+    page(state, caller, None, p).await
 }

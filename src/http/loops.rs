@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
-use super::{AppState, Route, json, limit, seq, wait_deadline, wait_until};
+use super::{AppState, Route, limit, pages, seq, wait_deadline, wait_until};
 use crate::auth::Access;
 use crate::auth::Caller;
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
@@ -72,16 +72,23 @@ async fn list_commands(
             stream_commands(stream_state, session_id, loop_id, cursor, sink)
         });
     }
-    // Register interest before reading, so a command committed in between still wakes us.
+    // Register interest before reading, so a command committed in between still wakes us. The
+    // page read is taken for each read, not for the wait: a long-poll holds no page.
     let mut interest = state.store.bus().watch_inbox(session_id, loop_id);
-    let commands = loop {
-        let commands = state.store.inbox(session_id, loop_id, after, limit, include_acked).await?;
-        if !commands.is_empty() || !wait_until(&state, deadline, interest.changed()).await {
-            break commands;
+    let page = state.limits.page(limit);
+    let (commands, read) = loop {
+        let read = state.page_reads.take(&caller)?;
+        let commands = state.store.inbox(session_id, loop_id, after, page, include_acked).await?;
+        if !commands.is_empty() {
+            break (commands, read);
+        }
+        drop(read);
+        if !wait_until(&state, deadline, interest.changed()).await {
+            break (commands, state.page_reads.take(&caller)?);
         }
     };
     let next_after = commands.last().map_or(after, |c| c.seq);
-    Ok(json(StatusCode::OK, &InboxPage { commands, next_after }))
+    Ok(pages::page(&InboxPage { commands, next_after }, read))
 }
 
 /// Streams unacked commands after the cursor, then new ones as they commit.
@@ -89,7 +96,7 @@ async fn stream_commands(state: AppState, session: SessionId, loop_id: LoopId, m
     // Register before reading, so a command committed in between still wakes the stream.
     let mut interest = state.store.bus().watch_inbox(session, loop_id);
     loop {
-        let rows = match state.store.inbox(session, loop_id, cursor, BATCH, false).await {
+        let rows = match state.store.inbox(session, loop_id, cursor, state.limits.page(BATCH), false).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "an inbox stream could not read; closing it");

@@ -11,10 +11,12 @@ mod links;
 mod login;
 mod loops;
 mod meta;
+mod pages;
 mod sse;
 mod stall;
 mod webhooks;
 
+pub use pages::PageReads;
 pub use stall::StallGuardListener;
 
 use std::sync::Arc;
@@ -38,7 +40,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::{Access, Auth};
 use crate::error::ApiError;
-use crate::store::Store;
+use crate::store::{PageLimit, Store};
 
 /// Limits that handlers enforce.
 #[derive(Debug, Clone)]
@@ -51,6 +53,15 @@ pub struct Limits {
     pub max_timeout_nanos: i64,
     /// Open gates one session may hold.
     pub max_open_gates: usize,
+    /// About how many bytes one page of rows may hold (`--max-page-bytes`).
+    pub max_page_bytes: usize,
+}
+
+impl Limits {
+    /// A page of at most `rows` rows and `--max-page-bytes` bytes.
+    pub fn page(&self, rows: usize) -> PageLimit {
+        PageLimit { rows, bytes: self.max_page_bytes }
+    }
 }
 
 /// What every handler can reach, behind one `Arc`: axum clones the state for every request, and
@@ -82,6 +93,8 @@ pub struct Handles {
     pub shutdown: CancellationToken,
     /// Tokens, login cookies, per-token limits, the webhook secret of signed answers.
     pub auth: Arc<Auth>,
+    /// Pages in flight per token (`--max-page-reads-per-token`).
+    pub page_reads: Arc<PageReads>,
 }
 
 /// One documented route, with who may call it.

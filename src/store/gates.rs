@@ -6,9 +6,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::value::RawValue;
 
 use super::row::{id, raw_json, raw_json_opt};
-use super::{StoreError, inbox, journal};
+use super::{PageLimit, StoreError, inbox, journal};
 use crate::bus::Effect;
 use crate::domain::events::to_json;
+use crate::domain::view::PageBytes;
 use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
     LoopId, ProvideUserInput, ServerKey, SessionId, Timestamp, UserInputRequested,
@@ -426,7 +427,7 @@ pub struct ListQuery {
     /// Empty means every state.
     pub states: Vec<GateState>,
     pub order: ListOrder,
-    pub limit: usize,
+    pub page: PageLimit,
     pub after: Option<ListCursor>,
 }
 
@@ -481,7 +482,7 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
         });
     }
     let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
-    args.push(SqlValue::Integer(q.limit as i64 + 1));
+    args.push(SqlValue::Integer(q.page.sql_limit()));
     let order = match q.order {
         ListOrder::Opened => "g.opened_seq ASC",
         ListOrder::Newest => "g.opened_seq DESC",
@@ -489,11 +490,8 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
         ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
     };
     let sql = format!("{} {filter} ORDER BY {order} LIMIT ?{}", select_record!(), args.len());
-    let mut gates = tx
-        .prepare_cached(&sql)?
-        .query_map(params_from_iter(args), |r| record(r).map(|r| r.view))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let more = gates.len() > q.limit;
-    gates.truncate(q.limit);
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(args), |r| record(r).map(|r| r.view))?;
+    let (gates, more) = q.page.fill(rows, PageBytes::page_bytes)?;
     Ok(Listing { gates, journal_seq, more })
 }

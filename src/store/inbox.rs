@@ -2,7 +2,9 @@
 
 use rusqlite::{Connection, params};
 
+use super::PageLimit;
 use super::row::raw_json;
+use crate::domain::view::PageBytes;
 use crate::domain::{CommandId, GateId, InboxEntry, LoopId, SessionId, Timestamp};
 
 /// Puts one command in a loop's inbox (inside the claim transaction).
@@ -29,7 +31,7 @@ pub fn list(
     session: SessionId,
     loop_id: LoopId,
     after: i64,
-    limit: usize,
+    page: PageLimit,
     include_acked: bool,
 ) -> rusqlite::Result<Vec<InboxEntry>> {
     let mut stmt = conn.prepare_cached(
@@ -37,14 +39,18 @@ pub fn list(
          WHERE session_id = ?1 AND loop_id = ?2 AND seq > ?3 AND (?4 OR acked_at IS NULL)
          ORDER BY seq LIMIT ?5",
     )?;
-    stmt.query_map(params![session.to_string(), loop_id.to_string(), after, include_acked, limit as i64], |r| {
-        Ok(InboxEntry {
-            seq: r.get(0)?,
-            command: raw_json(r, 1)?,
-            acked_at: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_nanos),
-        })
-    })?
-    .collect()
+    let rows = stmt.query_map(
+        params![session.to_string(), loop_id.to_string(), after, include_acked, page.sql_limit()],
+        |r| {
+            Ok(InboxEntry {
+                seq: r.get(0)?,
+                command: raw_json(r, 1)?,
+                acked_at: r.get::<_, Option<i64>>(2)?.map(Timestamp::from_nanos),
+            })
+        },
+    )?;
+    // An inbox page says nothing of what remains: the loop asks again after the last seq.
+    Ok(page.fill(rows, PageBytes::page_bytes)?.0)
 }
 
 /// Marks a command delivered; idempotent. `false` when the command is not in that inbox.

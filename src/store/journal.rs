@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, params};
 
+use super::PageLimit;
 use super::row::json_text;
 use crate::bus::Effect;
 use crate::domain::{GateId, JournalEntry, JournalPage, SessionId};
@@ -33,42 +34,46 @@ pub fn earliest(conn: &Connection) -> rusqlite::Result<i64> {
     conn.prepare_cached("SELECT COALESCE(MIN(seq), 0) FROM journal")?.query_row([], |r| r.get(0))
 }
 
-/// Events with `after < seq <= upto`, of one session or all, at most `limit`, ascending: what a
-/// stream behind the frame ring reads.
+/// Events with `after < seq <= upto`, of one session or all, ascending, as many as `page` holds:
+/// what a stream behind the frame ring reads. The flag says whether more remain up to `upto`.
 pub fn range(
     conn: &Connection,
     session: Option<SessionId>,
     after: i64,
     upto: i64,
-    limit: usize,
-) -> rusqlite::Result<Vec<(i64, String)>> {
+    page: PageLimit,
+) -> rusqlite::Result<(Vec<(i64, String)>, bool)> {
     // Two statements, so a session's reads use its index instead of scanning the whole journal.
-    let limit = limit as i64;
+    let limit = page.sql_limit();
     let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
+    let size = |(_, event): &(i64, String)| event.len() + 40;
     match session {
-        Some(session) => conn
-            .prepare_cached(
+        Some(session) => {
+            let mut stmt = conn.prepare_cached(
                 "SELECT seq, event FROM journal WHERE session_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
-            )?
-            .query_map(params![session.to_string(), after, upto, limit], row)?
-            .collect(),
-        None => conn
-            .prepare_cached("SELECT seq, event FROM journal WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3")?
-            .query_map(params![after, upto, limit], row)?
-            .collect(),
+            )?;
+            page.fill(stmt.query_map(params![session.to_string(), after, upto, limit], row)?, size)
+        }
+        None => {
+            let mut stmt = conn
+                .prepare_cached("SELECT seq, event FROM journal WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3")?;
+            page.fill(stmt.query_map(params![after, upto, limit], row)?, size)
+        }
     }
 }
 
-/// Events with seq ≥ `from`, at most `limit`, optionally of one session (spec §5.7).
-pub fn page(conn: &Connection, session: Option<SessionId>, from: i64, limit: usize) -> rusqlite::Result<JournalPage> {
-    // One row more than asked tells whether the journal is exhausted.
-    let rows = range(conn, session, from - 1, i64::MAX, limit + 1)?;
-    let mut events = rows
+/// Events with seq ≥ `from`, as many as `page` holds, optionally of one session (spec §5.7).
+pub fn page(
+    conn: &Connection,
+    session: Option<SessionId>,
+    from: i64,
+    page: PageLimit,
+) -> rusqlite::Result<JournalPage> {
+    let (rows, more) = range(conn, session, from - 1, i64::MAX, page)?;
+    let events = rows
         .into_iter()
         .map(|(journal_seq, event)| Ok(JournalEntry { journal_seq, event: json_text(1, event)? }))
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let done = events.len() <= limit;
-    events.truncate(limit);
     let next_journal_seq = events.last().map_or(from, |e| e.journal_seq + 1);
-    Ok(JournalPage { events, next_journal_seq, done })
+    Ok(JournalPage { events, next_journal_seq, done: !more })
 }

@@ -111,6 +111,42 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// How much one page of rows may hold: at most `rows` rows and about `bytes` bytes (by
+/// `PageBytes`), but always at least one row, so the largest row fits any page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLimit {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+impl PageLimit {
+    /// Takes rows while they fit. The second value says whether rows were left over: for it to
+    /// be right, the query must offer one row more than `rows` when more exist (`rows + 1`).
+    fn fill<T, E>(
+        self,
+        rows: impl Iterator<Item = Result<T, E>>,
+        size: impl Fn(&T) -> usize,
+    ) -> Result<(Vec<T>, bool), E> {
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        for row in rows {
+            let row = row?;
+            let grown = bytes + size(&row);
+            if page.len() == self.rows || (!page.is_empty() && grown > self.bytes) {
+                return Ok((page, true));
+            }
+            bytes = grown;
+            page.push(row);
+        }
+        Ok((page, false))
+    }
+
+    /// The `LIMIT` that lets `fill` see whether more rows exist.
+    fn sql_limit(self) -> i64 {
+        i64::try_from(self.rows).unwrap_or(i64::MAX - 1) + 1
+    }
+}
+
 /// Cheap, clonable handle on the store.
 #[derive(Clone)]
 pub struct Store {
@@ -368,21 +404,22 @@ impl Store {
         session: SessionId,
         loop_id: LoopId,
         after: i64,
-        limit: usize,
+        page: PageLimit,
         include_acked: bool,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        self.read(move |conn| inbox::list(conn, session, loop_id, after, limit, include_acked)).await
+        self.read(move |conn| inbox::list(conn, session, loop_id, after, page, include_acked)).await
     }
 
-    /// Journal events with `after < seq <= upto`, for a stream behind the frame ring.
+    /// Journal events with `after < seq <= upto`, for a stream behind the frame ring or a webhook
+    /// endpoint, and whether more remain up to `upto` after the last one returned.
     pub async fn journal_range(
         &self,
         session: Option<SessionId>,
         after: i64,
         upto: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, String)>, StoreError> {
-        self.read(move |conn| journal::range(conn, session, after, upto, limit)).await
+        page: PageLimit,
+    ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
+        self.read(move |conn| journal::range(conn, session, after, upto, page)).await
     }
 
     /// Registers the configured webhook endpoints (new ones start at the journal head) and
@@ -452,8 +489,8 @@ impl Store {
         &self,
         session: Option<SessionId>,
         from: i64,
-        limit: usize,
+        page: PageLimit,
     ) -> Result<JournalPage, StoreError> {
-        self.read(move |conn| journal::page(conn, session, from, limit)).await
+        self.read(move |conn| journal::page(conn, session, from, page)).await
     }
 }

@@ -13,7 +13,7 @@ use super::sign::{self, Secret};
 use crate::backoff::Backoff;
 use crate::domain::{GateId, GateOpened, ServerKey, Timestamp};
 use crate::error::innermost_cause;
-use crate::store::Store;
+use crate::store::{PageLimit, Store};
 
 /// The default retry schedule: about 5 s, 5 min, 30 min, 2 h, 6 h, 12 h and a day.
 pub const DEFAULT_SCHEDULE: &[Duration] = &[
@@ -95,7 +95,8 @@ impl Delivery {
             return Ok(false);
         }
         head.borrow_and_update();
-        let next = self.store.journal_range(None, endpoint.cursor, i64::MAX, 1).await?;
+        let one = PageLimit { rows: 1, bytes: usize::MAX };
+        let (next, _) = self.store.journal_range(None, endpoint.cursor, i64::MAX, one).await?;
         let Some((seq, event)) = next.into_iter().next() else {
             tokio::select! {
                 _ = head.changed() => {}

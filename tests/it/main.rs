@@ -15,6 +15,7 @@ mod helpers;
 mod hostile;
 mod inbox;
 mod kill;
+mod pages;
 mod readme;
 mod stored;
 mod streams;
