@@ -42,7 +42,7 @@ fn say(line: &str) {
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
-/// Backoff between retries of the server: 250 ms, 500 ms, … at most 5 s.
+/// Backoff between retries of the server: at random up to 250 ms, 500 ms, … at most 5 s.
 fn server_backoff() -> Backoff {
     Backoff::new(Duration::from_millis(250), Duration::from_secs(5))
 }
