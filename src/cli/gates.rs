@@ -105,9 +105,9 @@ async fn watch(api: &Api, mut after: i64) {
                 backoff.reset();
                 let mut frames = Reader::new(response);
                 while let Some(frame) = frames.next().await {
-                    if let (Some(id), Some(data)) = (frame.id.as_deref(), frame.data.as_deref()) {
-                        after = id.parse().unwrap_or(after);
-                        let event: Value = serde_json::from_str(data).unwrap_or_default();
+                    if frame.event == "enduring" {
+                        after = frame.id.parse().unwrap_or(after);
+                        let event: Value = serde_json::from_str(&frame.data).unwrap_or_default();
                         if let Some(line) = describe(&event["event"]) {
                             say(&line);
                         }

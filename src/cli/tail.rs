@@ -22,9 +22,10 @@ pub async fn run(args: TailArgs) -> ExitCode {
                 backoff.reset();
                 let mut frames = Reader::new(response);
                 while let Some(frame) = frames.next().await {
-                    match (frame.event.as_deref(), frame.id.as_deref(), frame.data.as_deref()) {
-                        (Some("enduring"), Some(id), Some(data)) => {
-                            let (Ok(seq), Ok(payload)) = (id.parse::<i64>(), serde_json::from_str::<Payload>(data))
+                    match frame.event.as_str() {
+                        "enduring" => {
+                            let (Ok(seq), Ok(payload)) =
+                                (frame.id.parse::<i64>(), serde_json::from_str::<Payload>(&frame.data))
                             else {
                                 continue;
                             };
@@ -32,9 +33,10 @@ pub async fn run(args: TailArgs) -> ExitCode {
                             say(&format!("{{\"journal_seq\":{seq},\"event\":{}}}", payload.event.get()));
                             after = seq;
                         }
-                        (Some("reset"), _, Some(data)) => {
+                        "reset" => {
                             eprintln!(
-                                "gatehouse tail: the journal does not reach {after} ({data}); following from its head"
+                                "gatehouse tail: the journal does not reach {after} ({}); following from its head",
+                                frame.data
                             );
                         }
                         _ => {}
