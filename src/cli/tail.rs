@@ -1,12 +1,15 @@
 //! `gatehouse tail`: journal events as JSON lines (`{"journal_seq":N,"event":{…}}`), from
-//! `--after N`, following live and resuming by itself after a disconnect.
+//! `--after N`, following live and resuming by itself after a disconnect. A pipe gets the events'
+//! exact bytes; a terminal gets the same JSON with control characters as `\uXXXX` escapes.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::sse::Reader;
+use super::terminal::{Lines, escape, escape_json};
 use super::{say, server_backoff};
 use crate::config::TailArgs;
 
@@ -15,6 +18,7 @@ pub async fn run(args: TailArgs) -> ExitCode {
     let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
     let mut backoff = server_backoff();
     let mut reached = false;
+    let terminal = std::io::stdout().is_terminal();
     loop {
         match api.stream(&format!("/v1/events?after={after}")).await {
             Ok(response) => {
@@ -30,13 +34,18 @@ pub async fn run(args: TailArgs) -> ExitCode {
                                 continue;
                             };
                             // The event's own bytes, as the journal holds them (its key order too).
-                            say(&format!("{{\"journal_seq\":{seq},\"event\":{}}}", payload.event.get()));
+                            let line = format!("{{\"journal_seq\":{seq},\"event\":{}}}", payload.event.get());
+                            if terminal {
+                                say(&escape_json(&line))
+                            } else {
+                                say(&line)
+                            }
                             after = seq;
                         }
                         "reset" => {
                             eprintln!(
                                 "gatehouse tail: the journal does not reach {after} ({}); following from its head",
-                                frame.data
+                                escape(&frame.data, Lines::Escape)
                             );
                         }
                         _ => {}
