@@ -13,6 +13,22 @@ use crate::bus::Bus;
 use crate::store::{BeforeCommit, Durability};
 use crate::timer::Armed;
 
+/// The after-help of a client subcommand: its own text, then the environment every client reads
+/// (`GATEHOUSE_TOKEN` has no flag, so this is where `--help` shows it).
+macro_rules! client_help {
+    ($text:literal) => {
+        concat!(
+            $text,
+            "
+
+Environment:
+  GATEHOUSE_URL    the server, as --url (default http://127.0.0.1:8080)
+  GATEHOUSE_TOKEN  the bearer token, when the server has a tokens file; read from the environment
+                   only, so it never shows in the process list"
+        )
+    };
+}
+
 /// gatehouse: an AI agent asks a person a question and gets back exactly one answer.
 #[derive(Debug, Parser)]
 #[command(name = "gatehouse", version, about, long_about = None)]
@@ -27,16 +43,33 @@ pub enum Command {
     // Boxed: the server has many flags, the client subcommands few.
     Serve(Box<ServeArgs>),
     /// Ask a person a question and print the answer (blocks until answered).
-    #[command(after_help = ASK_EXAMPLES)]
+    #[command(after_help = client_help!(
+        "Prints the answer alone on stdout; on stderr, the gate id and how to answer it.
+Exit codes: 0 answered, 2 withdrawn, 3 timed out without a default, 1 error; 130, 143 and 129
+after SIGINT, SIGTERM and SIGHUP (each withdraws the gate first).
+
+Examples:
+  gatehouse ask 'Deploy to prod?' --choice yes --choice no
+  gatehouse ask 'Which region?' --choice eu --choice us --allow-other --timeout 10m --default eu
+  if [ \"$(gatehouse ask 'Deploy?' --choice yes --choice no)\" = yes ]; then ./deploy.sh; fi"
+    ))]
     Ask(AskArgs),
-    /// Answer an open gate.
-    #[command(after_help = "Example:\n  gatehouse answer 9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f yes")]
+    /// Answer an open gate, named by its id or a unique prefix of it (8 characters or more).
+    #[command(after_help = client_help!(
+        "Examples:
+  gatehouse answer 9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f yes
+  gatehouse answer 9d3e4f50 yes        # the short id `gatehouse gates` shows"
+    ))]
     Answer(AnswerArgs),
     /// List gates as a table (open ones unless --all).
-    #[command(after_help = "Examples:\n  gatehouse gates\n  gatehouse gates --all\n  gatehouse gates --watch")]
+    #[command(after_help = client_help!(
+        "Examples:\n  gatehouse gates\n  gatehouse gates --all\n  gatehouse gates --watch"
+    ))]
     Gates(GatesArgs),
     /// Print journal events as JSON lines, then follow new ones.
-    #[command(after_help = "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type")]
+    #[command(after_help = client_help!(
+        "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type"
+    ))]
     Tail(TailArgs),
     /// Measure gatehouse side by side with this machine's own ceilings (starts its own servers).
     #[command(after_help = BENCH_HELP)]
@@ -57,14 +90,6 @@ Examples:
   gatehouse bench --quick --json benches/quick.json --svg benches/quick.svg
   gatehouse bench --sync normal            # full sizes and durations, without power-loss durability";
 
-const ASK_EXAMPLES: &str =
-    "Exit codes: 0 answered, 2 withdrawn, 3 timed out without a default, 130 interrupted, 1 error.
-
-Examples:
-  gatehouse ask 'Deploy to prod?' --choice yes --choice no
-  gatehouse ask 'Which region?' --choice eu --choice us --allow-other --timeout 10m --default eu
-  if [ \"$(gatehouse ask 'Deploy?' --choice yes --choice no)\" = yes ]; then ./deploy.sh; fi";
-
 /// Where the server is (client subcommands).
 #[derive(Clone, Args)]
 pub struct ClientArgs {
@@ -72,7 +97,7 @@ pub struct ClientArgs {
     #[arg(long, env = "GATEHOUSE_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
     /// The bearer token, when the server has a tokens file (read from the environment only, so
-    /// it never shows in the process list).
+    /// it never shows in the process list; `client_help!` names it in every client's `--help`).
     #[arg(skip = std::env::var("GATEHOUSE_TOKEN").ok().filter(|t| !t.is_empty()))]
     pub token: Option<String>,
 }
@@ -114,7 +139,7 @@ pub struct AskArgs {
 /// Flags of `gatehouse answer`.
 #[derive(Debug, Clone, Args)]
 pub struct AnswerArgs {
-    /// The gate to answer.
+    /// The gate to answer: its id, or a unique prefix of it (8 characters or more).
     pub gate_id: String,
     /// The answer.
     pub answer: String,

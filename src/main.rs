@@ -64,7 +64,12 @@ async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(args.bind).await {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("gatehouse: cannot listen on {}: {e}", args.bind);
+            // Most often the port is taken (another server, or this one still running): say
+            // how to pick another.
+            eprintln!(
+                "gatehouse: cannot listen on {}: {e}; choose another address with --bind or GATEHOUSE_BIND",
+                args.bind
+            );
             store.shutdown().await;
             return ExitCode::FAILURE;
         }

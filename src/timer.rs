@@ -21,7 +21,7 @@ use crate::store::{Expiry, Store, StoreError};
 
 /// How many due gates one writer job answers.
 const BATCH: usize = 256;
-/// Retry delays after a failed claim: 1 s, 2 s, 4 s, … at most 30 s.
+/// Retry delays after a failed claim: at random up to 1 s, 2 s, 4 s, … at most 30 s.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(30);
 /// The longest the timer sleeps without looking at the wall clock again.
@@ -153,7 +153,8 @@ impl Timer {
         }
     }
 
-    /// Re-arms a gate whose timeout answer failed: 1 s, 2 s, 4 s, … at most 30 s later.
+    /// Re-arms a gate whose timeout answer failed: at random up to 1 s, 2 s, 4 s, … at most 30 s
+    /// later.
     fn retry(&mut self, gate: GateId, cause: &str) {
         let delay = self.retries.entry(gate).or_insert_with(|| Backoff::new(FIRST_RETRY, LAST_RETRY)).next_delay();
         tracing::warn!(gate_id = %gate, %cause, ?delay, "a timeout answer failed; retrying");

@@ -1,8 +1,9 @@
-//! `gatehouse ask`: open a gate, wait for its answer (riding out server restarts), print it, and
-//! acknowledge the loop command it produced. Exit codes (spec §11): 0 answered, 2 withdrawn,
-//! 3 timed out without a default (after withdrawing the gate), 130 interrupted (after
-//! withdrawing), 1 anything else.
+//! `gatehouse ask`: open a gate, say on stderr how to answer it, wait for its answer (riding out
+//! server restarts), print it, and acknowledge the loop command it produced. Exit codes (spec
+//! §11): 0 answered, 2 withdrawn, 3 timed out without a default (after withdrawing the gate), 130,
+//! 143 and 129 on SIGINT, SIGTERM and SIGHUP (after withdrawing), 1 anything else.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -10,12 +11,17 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::client::{Api, ClientError, Reply};
+use super::terminal::{Lines, escape, escape_json};
 use super::{say, server_backoff};
 use crate::config::AskArgs;
 
-const INTERRUPTED: u8 = 130;
 const WITHDRAWN: u8 = 2;
 const TIMED_OUT: u8 = 3;
+/// How long a signal that arrives while the gate is being opened waits for the open to finish:
+/// the request may have reached the server, and a gate nobody waits for must be withdrawn.
+const OPEN_GRACE: Duration = Duration::from_secs(5);
+/// How much of the question the "waiting" line quotes.
+const QUOTED_CHARS: usize = 80;
 
 /// Where a question ended.
 enum Ending {
@@ -36,15 +42,47 @@ struct Asked {
 }
 
 pub async fn run(args: AskArgs) -> ExitCode {
+    // First of all: from here on a stop signal withdraws the gate instead of killing the process.
+    let mut signals = match StopSignals::watch() {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("gatehouse ask: cannot watch for SIGINT, SIGTERM and SIGHUP: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let Ok(api) = super::connect("ask", &args.client) else { return ExitCode::FAILURE };
     let fresh = || uuid::Uuid::new_v4().to_string();
     let session = args.session.clone().unwrap_or_else(fresh);
     let loop_id = args.loop_id.clone().unwrap_or_else(fresh);
     let tool = args.tool_execution_id.clone().unwrap_or_else(fresh);
 
+    let asked = |gate: &str| Asked {
+        api: api.clone(),
+        session: session.clone(),
+        loop_id: loop_id.clone(),
+        gate: gate.to_owned(),
+    };
+    let opening = open(&api, &session, &loop_id, &tool, &args);
+    tokio::pin!(opening);
     let opened = tokio::select! {
-        opened = open(&api, &session, &loop_id, &tool, &args) => opened,
-        _ = tokio::signal::ctrl_c() => return ExitCode::from(INTERRUPTED),
+        opened = &mut opening => opened,
+        stop = signals.recv() => {
+            // The open may already have reached the server: let it finish (briefly, and unless
+            // a second signal insists) so the gate it made can be withdrawn.
+            let finished = tokio::select! {
+                finished = tokio::time::timeout(OPEN_GRACE, &mut opening) => finished.ok(),
+                _ = signals.recv() => None,
+            };
+            match finished {
+                Some(Ok(view)) => asked(gate_of(&view)).stop(stop, &mut signals).await,
+                Some(Err(_)) => eprintln!("gatehouse ask: {} before a gate opened", stop.name()),
+                None => eprintln!(
+                    "gatehouse ask: {} while opening its gate; if it opened, it is still open (session {session})",
+                    stop.name()
+                ),
+            }
+            return ExitCode::from(stop.exit_code());
+        }
     };
     let view = match opened {
         Ok(view) => view,
@@ -53,26 +91,26 @@ pub async fn run(args: AskArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let gate = view["gate"]["id"].as_str().unwrap_or_default().to_owned();
-    let asked = Asked { api, session, loop_id, gate };
+    let asked = asked(gate_of(&view));
+    if view["state"] == "open" {
+        announce(&asked.gate, args.question.as_str());
+    }
     // With a default the server answers at the deadline; without one, the deadline is ours.
     let deadline = args.timeout.filter(|_| args.default.is_none()).map(|t| Instant::now() + t);
 
     let ending = tokio::select! {
         ending = asked.wait(deadline) => ending,
-        _ = tokio::signal::ctrl_c() => {
-            if let Err(message) = asked.withdraw().await {
-                eprintln!("gatehouse ask: interrupted, and could not withdraw gate {}: {message}", asked.gate);
-            }
-            return ExitCode::from(INTERRUPTED);
+        stop = signals.recv() => {
+            asked.stop(stop, &mut signals).await;
+            return ExitCode::from(stop.exit_code());
         }
     };
     match ending {
         Ending::Answered(view) => {
             if args.json {
-                say(&view.to_string());
+                print_json(view, &asked.gate);
             } else {
-                say(view["answer"].as_str().unwrap_or_default());
+                print_answer(view["answer"].as_str().unwrap_or_default());
             }
             if let Err(message) = asked.ack().await {
                 eprintln!("gatehouse ask: answered, but could not acknowledge the command: {message}");
@@ -80,10 +118,10 @@ pub async fn run(args: AskArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ending::Withdrawn(view) => {
+            let reason = escape(view["resolution"]["reason"].as_str().unwrap_or("closed"), Lines::Escape).into_owned();
             if args.json {
-                say(&view.to_string());
+                print_json(view, &asked.gate);
             }
-            let reason = view["resolution"]["reason"].as_str().unwrap_or("closed");
             eprintln!("gatehouse ask: the gate was withdrawn ({reason})");
             ExitCode::from(WITHDRAWN)
         }
@@ -92,6 +130,36 @@ pub async fn run(args: AskArgs) -> ExitCode {
             ExitCode::from(TIMED_OUT)
         }
     }
+}
+
+fn gate_of(view: &Value) -> &str {
+    view["gate"]["id"].as_str().unwrap_or_default()
+}
+
+/// The one line that tells the person at the terminal which gate waits, and how to answer it
+/// from another shell.
+fn announce(gate: &str, question: &str) {
+    let mut quoted: String = question.chars().take(QUOTED_CHARS).collect();
+    if quoted.len() < question.len() {
+        quoted.push('…');
+    }
+    let quoted = escape(&quoted, Lines::Escape);
+    eprintln!(
+        "gatehouse ask: gate {gate} waits for an answer to \"{quoted}\"; answer it with: gatehouse answer {gate} <answer>"
+    );
+}
+
+/// The answer alone: its exact bytes for a script (`$(gatehouse ask …)` gets what the person
+/// typed), escaped for a terminal, where it could carry control sequences.
+fn print_answer(answer: &str) {
+    if std::io::stdout().is_terminal() { say(&escape(answer, Lines::Keep)) } else { say(answer) }
+}
+
+/// The final view as JSON, with the gate id at the top level for scripts.
+fn print_json(mut view: Value, gate: &str) {
+    view["gate_id"] = json!(gate);
+    let json = view.to_string();
+    if std::io::stdout().is_terminal() { say(&escape_json(&json)) } else { say(&json) }
 }
 
 /// Opens the gate. The ids make it idempotent, so transient trouble is simply retried.
@@ -184,6 +252,21 @@ impl Asked {
         }
     }
 
+    /// A stop signal came: withdraw the gate, and say so. A second signal gives up at once (the
+    /// withdrawal may be retrying against a server that is down).
+    async fn stop(&self, stop: Stop, signals: &mut StopSignals) {
+        let withdrawn = tokio::select! {
+            withdrawn = self.withdraw() => withdrawn,
+            again = signals.recv() => Err(format!("{} again", again.name())),
+        };
+        match withdrawn {
+            Ok(()) => eprintln!("gatehouse ask: {}; gate {} withdrawn", stop.name(), self.gate),
+            Err(message) => {
+                eprintln!("gatehouse ask: {}, and could not withdraw gate {}: {message}", stop.name(), self.gate);
+            }
+        }
+    }
+
     /// Withdraws the gate as `abandoned`, retrying briefly.
     async fn withdraw(&self) -> Result<(), String> {
         match self.close().await {
@@ -236,5 +319,78 @@ fn ending_of(view: Value) -> Option<Ending> {
         Some("resolved") => Some(Ending::Answered(view)),
         Some("closed") => Some(Ending::Withdrawn(view)),
         _ => None,
+    }
+}
+
+/// A signal that stops an `ask`, after it has withdrawn its gate.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Interrupt,
+    Terminate,
+    HangUp,
+}
+
+impl Stop {
+    /// 128 + the signal's number, as a shell reports a process the signal killed.
+    fn exit_code(self) -> u8 {
+        match self {
+            Self::Interrupt => 130,
+            Self::Terminate => 143,
+            Self::HangUp => 129,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Interrupt => "interrupted (SIGINT)",
+            Self::Terminate => "terminated (SIGTERM)",
+            Self::HangUp => "hung up (SIGHUP)",
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, watched for the whole run: a signal stream remembers a delivery
+/// until it is next polled, so one that arrives between two waits is not lost (nor, once
+/// watched, does it kill the process with the gate still open).
+struct StopSignals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hang_up: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    #[cfg(unix)]
+    fn watch() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hang_up: signal(SignalKind::hangup())?,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn watch() -> std::io::Result<Self> {
+        Ok(Self {})
+    }
+
+    #[cfg(unix)]
+    async fn recv(&mut self) -> Stop {
+        tokio::select! {
+            Some(()) = self.interrupt.recv() => Stop::Interrupt,
+            Some(()) = self.terminate.recv() => Stop::Terminate,
+            Some(()) = self.hang_up.recv() => Stop::HangUp,
+            // Only if the runtime's signal driver is gone: nothing will come.
+            else => std::future::pending().await,
+        }
+    }
+
+    #[cfg(not(unix))]
+    async fn recv(&mut self) -> Stop {
+        let _ = tokio::signal::ctrl_c().await;
+        Stop::Interrupt
     }
 }

@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
-use crate::error::innermost_cause;
 use reqwest::Method;
 use serde_json::Value;
+
+use super::terminal::{Lines, escape};
+use crate::error::innermost_cause;
 
 /// Why a request did not get an answer from the server.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +25,8 @@ pub enum ClientError {
 pub struct Reply {
     pub status: u16,
     pub body: Value,
+    /// Whether the request carried `GATEHOUSE_TOKEN`, to say what to do about a 401.
+    token_sent: bool,
 }
 
 impl Reply {
@@ -35,14 +39,22 @@ impl Reply {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
 
-    /// The server's message, with field details, for a person.
+    /// The server's message, with field details, for a person (messages may quote what someone
+    /// sent, so they are escaped for the terminal).
     pub fn message(&self) -> String {
-        let mut message = self.body["error"]["message"].as_str().unwrap_or("request failed").to_owned();
+        let text = |value: &Value| escape(value.as_str().unwrap_or(""), Lines::Escape).into_owned();
+        let mut message = match text(&self.body["error"]["message"]) {
+            message if message.is_empty() => "request failed".to_owned(),
+            message => message,
+        };
         for field in self.body["error"]["fields"].as_array().into_iter().flatten() {
-            let (path, text) = (field["path"].as_str().unwrap_or(""), field["message"].as_str().unwrap_or(""));
-            message.push_str(&format!("\n  {path}: {text}"));
+            message.push_str(&format!("\n  {}: {}", text(&field["path"]), text(&field["message"])));
         }
-        format!("{message} ({} {})", self.status, self.code())
+        message.push_str(&format!(" ({} {})", self.status, text(&self.body["error"]["code"])));
+        if self.status == 401 {
+            message.push_str(&format!("; {}", token_hint(self.token_sent)));
+        }
+        message
     }
 
     /// Worth retrying: storage trouble or capacity (503).
@@ -55,6 +67,7 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct Api {
     base: String,
+    token_sent: bool,
     http: reqwest::Client,
     /// For streams, which have no end and so no overall timeout.
     streaming: reqwest::Client,
@@ -77,7 +90,7 @@ impl Api {
         // Long-polls hold a request up to 30 s; anything much longer is a dead server.
         let http = builder().timeout(Duration::from_secs(45)).build().map_err(failed)?;
         let streaming = builder().build().map_err(failed)?;
-        Ok(Self { base: base.trim_end_matches('/').to_owned(), http, streaming })
+        Ok(Self { base: base.trim_end_matches('/').to_owned(), token_sent: token.is_some(), http, streaming })
     }
 
     pub async fn get(&self, path: &str) -> Result<Reply, ClientError> {
@@ -114,7 +127,7 @@ impl Api {
             serde_json::from_slice(&bytes)
                 .map_err(|e| ClientError::Protocol { url: url.clone(), cause: e.to_string() })?
         };
-        Ok(Reply { status, body })
+        Ok(Reply { status, body, token_sent: self.token_sent })
     }
 
     /// Opens an event stream (a GET with `Accept: text/event-stream`).
@@ -128,12 +141,29 @@ impl Api {
             .map_err(|e| ClientError::Unreachable { url: self.base.clone(), cause: innermost_cause(&e) })?;
         if !response.status().is_success() {
             let status = response.status();
-            let cause = match response.json::<Value>().await {
-                Ok(body) => format!("{status}: {}", body["error"]["message"].as_str().unwrap_or("no message")),
+            let mut cause = match response.json::<Value>().await {
+                Ok(body) => {
+                    format!(
+                        "{status}: {}",
+                        escape(body["error"]["message"].as_str().unwrap_or("no message"), Lines::Escape)
+                    )
+                }
                 Err(_) => format!("status {status}"),
             };
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                cause.push_str(&format!("; {}", token_hint(self.token_sent)));
+            }
             return Err(ClientError::Protocol { url: self.base.clone(), cause });
         }
         Ok(response)
+    }
+}
+
+/// What to do about a 401: the CLI's only credential is `GATEHOUSE_TOKEN`.
+fn token_hint(token_sent: bool) -> &'static str {
+    if token_sent {
+        "the server does not accept GATEHOUSE_TOKEN; set it to a token from the server's tokens file"
+    } else {
+        "the server wants a token: set GATEHOUSE_TOKEN to one from its tokens file"
     }
 }

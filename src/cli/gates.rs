@@ -1,5 +1,6 @@
 //! `gatehouse gates`: the open gates (or all with --all) as a table; --watch then prints one line
-//! per change, live.
+//! per change, live. Gate ids show as their first eight characters, which `gatehouse answer`
+//! takes as a prefix. Text from others is escaped for the terminal.
 
 use std::process::ExitCode;
 
@@ -7,6 +8,7 @@ use serde_json::Value;
 
 use super::client::Api;
 use super::sse::Reader;
+use super::terminal::{Lines, escape};
 use super::{say, server_backoff, short};
 use crate::config::GatesArgs;
 use crate::domain::Timestamp;
@@ -60,13 +62,24 @@ fn row(view: &Value) -> String {
         .collect();
     format!(
         "{:<8}  {:<8}  {:<8}  {:<8}  {:<30}  {}",
-        short(view["gate"]["id"].as_str().unwrap_or("")),
-        short(view["session_id"].as_str().unwrap_or("")),
-        view["state"].as_str().unwrap_or(""),
+        cell(short(view["gate"]["id"].as_str().unwrap_or(""))),
+        cell(short(view["session_id"].as_str().unwrap_or(""))),
+        cell(view["state"].as_str().unwrap_or("")),
         age(view["opened_at"].as_str().unwrap_or("")),
-        question.replace(['\n', '\r'], " "),
-        choices.join(", ")
+        // A question's line breaks read best as spaces in a one-line cell.
+        cell(&question.replace(['\n', '\r'], " ")),
+        cell(&choices.join(", "))
     )
+}
+
+/// Text from the server as it may appear in one line of the terminal.
+fn cell(text: &str) -> String {
+    escape(text, Lines::Escape).into_owned()
+}
+
+/// `"text"`, escaped for one line.
+fn quoted(text: &Value) -> String {
+    format!("\"{}\"", cell(text.as_str().unwrap_or("")))
 }
 
 /// "45s", "12m", "3h", "2d" since an RFC 3339 instant written by the server.
@@ -105,9 +118,9 @@ async fn watch(api: &Api, mut after: i64) {
                 backoff.reset();
                 let mut frames = Reader::new(response);
                 while let Some(frame) = frames.next().await {
-                    if let (Some(id), Some(data)) = (frame.id.as_deref(), frame.data.as_deref()) {
-                        after = id.parse().unwrap_or(after);
-                        let event: Value = serde_json::from_str(data).unwrap_or_default();
+                    if frame.event == "enduring" {
+                        after = frame.id.parse().unwrap_or(after);
+                        let event: Value = serde_json::from_str(&frame.data).unwrap_or_default();
                         if let Some(line) = describe(&event["event"]) {
                             say(&line);
                         }
@@ -121,21 +134,23 @@ async fn watch(api: &Api, mut after: i64) {
 }
 
 fn describe(event: &Value) -> Option<String> {
-    let gate = |id: &Value| short(id.as_str().unwrap_or("")).to_owned();
+    let gate = |id: &Value| cell(short(id.as_str().unwrap_or("")));
     match event["type"].as_str()? {
-        "GateOpened" => Some(format!(
-            "opened    {}  {:?}",
-            gate(&event["gate"]["id"]),
-            event["gate"]["prompt"]["body"].as_str().unwrap_or("")
-        )),
+        "GateOpened" => {
+            Some(format!("opened    {}  {}", gate(&event["gate"]["id"]), quoted(&event["gate"]["prompt"]["body"])))
+        }
         "GateResolved" => Some(match event["reason"].as_str().unwrap_or("") {
             reason @ ("answered" | "policy_response") => format!(
-                "answered  {}  {:?} ({})",
+                "answered  {}  {} ({})",
                 gate(&event["gate_id"]),
-                event["audit"]["data"]["answer_preview"].as_str().unwrap_or(""),
-                if reason == "answered" { "by a person" } else { "by its timeout" }
+                quoted(&event["audit"]["data"]["answer_preview"]),
+                match (reason, event["source"]["principal"].as_str()) {
+                    ("answered", Some(principal)) => format!("by {}", cell(principal)),
+                    ("answered", None) => "by a person".to_owned(),
+                    _ => "by its timeout".to_owned(),
+                }
             ),
-            reason => format!("closed    {}  ({reason})", gate(&event["gate_id"])),
+            reason => format!("closed    {}  ({})", gate(&event["gate_id"]), cell(reason)),
         }),
         _ => None,
     }
@@ -144,6 +159,27 @@ fn describe(event: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_and_changes_show_control_characters_escaped() {
+        let hostile = "Q\u{1b}]52;c;eA==\u{7}\u{202e}x";
+        let view = serde_json::json!({
+            "session_id": "s\u{1b}[2Jxxxxxxxx", "state": "open", "opened_at": "",
+            "gate": {"id": "9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f", "prompt": {"body": hostile,
+                     "schema": {"fields": [{"options": [{"value": "a\u{9b}"}]}]}}},
+        });
+        let line = row(&view);
+        assert!(line.starts_with("9d3e4f50  s\\u{1b}[2Jxx"), "{line}");
+        assert!(line.contains("Q\\u{1b}]52;c;eA==\\u{7}\\u{202e}x") && line.contains("a\\u{9b}"), "{line}");
+        let answered = serde_json::json!({"type": "GateResolved", "gate_id": "9d3e4f50-6a7b", "reason": "answered",
+            "source": {"principal": "eve\u{202e}"}, "audit": {"data": {"answer_preview": "y\u{1b}es"}}});
+        assert_eq!(describe(&answered).unwrap(), "answered  9d3e4f50  \"y\\u{1b}es\" (by eve\\u{202e})");
+        let opened = serde_json::json!({"type": "GateOpened", "gate": {"id": "9d3e4f50", "prompt": {"body": hostile}}});
+        assert_eq!(describe(&opened).unwrap(), "opened    9d3e4f50  \"Q\\u{1b}]52;c;eA==\\u{7}\\u{202e}x\"");
+        for line in [line, describe(&answered).unwrap(), describe(&opened).unwrap()] {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+    }
 
     #[test]
     fn parses_what_the_server_renders() {

@@ -7,6 +7,7 @@ mod client;
 mod gates;
 mod sse;
 mod tail;
+mod terminal;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -42,12 +43,12 @@ fn say(line: &str) {
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
-/// Backoff between retries of the server: 250 ms, 500 ms, … at most 5 s.
+/// Backoff between retries of the server: at random up to 250 ms, 500 ms, … at most 5 s.
 fn server_backoff() -> Backoff {
     Backoff::new(Duration::from_millis(250), Duration::from_secs(5))
 }
 
-/// The first eight characters of an id, for tables.
+/// The first eight characters of an id, for tables (`gatehouse answer` takes them as a prefix).
 fn short(id: &str) -> &str {
-    id.get(..8).unwrap_or(id)
+    id.char_indices().nth(8).map_or(id, |(end, _)| &id[..end])
 }

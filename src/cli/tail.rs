@@ -1,12 +1,15 @@
 //! `gatehouse tail`: journal events as JSON lines (`{"journal_seq":N,"event":{…}}`), from
-//! `--after N`, following live and resuming by itself after a disconnect.
+//! `--after N`, following live and resuming by itself after a disconnect. A pipe gets the events'
+//! exact bytes; a terminal gets the same JSON with control characters as `\uXXXX` escapes.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::sse::Reader;
+use super::terminal::{Lines, escape, escape_json};
 use super::{say, server_backoff};
 use crate::config::TailArgs;
 
@@ -15,6 +18,7 @@ pub async fn run(args: TailArgs) -> ExitCode {
     let mut after = i64::try_from(args.after).unwrap_or(i64::MAX);
     let mut backoff = server_backoff();
     let mut reached = false;
+    let terminal = std::io::stdout().is_terminal();
     loop {
         match api.stream(&format!("/v1/events?after={after}")).await {
             Ok(response) => {
@@ -22,19 +26,26 @@ pub async fn run(args: TailArgs) -> ExitCode {
                 backoff.reset();
                 let mut frames = Reader::new(response);
                 while let Some(frame) = frames.next().await {
-                    match (frame.event.as_deref(), frame.id.as_deref(), frame.data.as_deref()) {
-                        (Some("enduring"), Some(id), Some(data)) => {
-                            let (Ok(seq), Ok(payload)) = (id.parse::<i64>(), serde_json::from_str::<Payload>(data))
+                    match frame.event.as_str() {
+                        "enduring" => {
+                            let (Ok(seq), Ok(payload)) =
+                                (frame.id.parse::<i64>(), serde_json::from_str::<Payload>(&frame.data))
                             else {
                                 continue;
                             };
                             // The event's own bytes, as the journal holds them (its key order too).
-                            say(&format!("{{\"journal_seq\":{seq},\"event\":{}}}", payload.event.get()));
+                            let line = format!("{{\"journal_seq\":{seq},\"event\":{}}}", payload.event.get());
+                            if terminal {
+                                say(&escape_json(&line))
+                            } else {
+                                say(&line)
+                            }
                             after = seq;
                         }
-                        (Some("reset"), _, Some(data)) => {
+                        "reset" => {
                             eprintln!(
-                                "gatehouse tail: the journal does not reach {after} ({data}); following from its head"
+                                "gatehouse tail: the journal does not reach {after} ({}); following from its head",
+                                escape(&frame.data, Lines::Escape)
                             );
                         }
                         _ => {}

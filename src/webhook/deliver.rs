@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use super::sign::{self, Secret};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, random_up_to};
 use crate::domain::{GateId, GateOpened, ServerKey, Timestamp};
 use crate::error::innermost_cause;
 use crate::store::{PageLimit, Store};
@@ -65,7 +65,7 @@ impl Delivery {
     /// Follows one endpoint until shutdown (or until it is disabled).
     pub async fn run(self, url: String) {
         let mut head = self.store.bus().head();
-        // Storage trouble: wait 1 s, 2 s, 4 s, … at most 30 s before looking again.
+        // Storage trouble: wait at random up to 1 s, 2 s, 4 s, … at most 30 s before looking again.
         let mut trouble = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         loop {
             if self.shutdown.is_cancelled() {
@@ -194,8 +194,8 @@ impl Delivery {
     }
 }
 
-/// ±20 %, so endpoints that failed together do not retry together.
+/// ±20 %, so endpoints that failed together do not retry together. Unlike a `Backoff`, a
+/// scheduled retry keeps close to the wait the operator configured.
 fn jitter(wait: Duration) -> Duration {
-    let random = uuid::Uuid::new_v4().as_u128() % 1000;
-    wait.mul_f64(0.8 + 0.4 * random as f64 / 1000.0)
+    wait.mul_f64(0.8) + random_up_to(wait.mul_f64(0.4))
 }

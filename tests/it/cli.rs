@@ -3,8 +3,9 @@
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-use tokio::process::{Child, Command};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
 
 use crate::helpers::{Client, ServerProcess, TestApp, ask, bounded, eventually, gate_id, temp_db, uuid};
 
@@ -28,6 +29,25 @@ async fn finish(child: Child) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Reads `ask`'s stderr up to the line that announces its gate, and returns that line.
+async fn announcement(stderr: &mut BufReader<ChildStderr>) -> String {
+    bounded("ask announces its gate", async {
+        loop {
+            let mut line = String::new();
+            assert_ne!(stderr.read_line(&mut line).await.expect("read stderr"), 0, "stderr ended first");
+            if line.contains("gatehouse answer") {
+                return line;
+            }
+        }
+    })
+    .await
+}
+
+/// Characters that would drive a terminal: ESC, BEL, CSI (C1), a bidi override, a CR.
+fn controls_terminal(text: &str) -> bool {
+    text.chars().any(|c| matches!(c, '\u{1b}' | '\u{7}' | '\u{9b}' | '\u{202e}' | '\u{2066}' | '\r'))
 }
 
 /// Waits for the one open gate of a session to appear, and returns its view.
@@ -101,23 +121,60 @@ async fn ask_with_a_timeout_withdraws_or_answers_with_its_default() {
     .await;
     let view: Value = serde_json::from_slice(&json.stdout).expect("--json prints the view");
     assert_eq!(view["resolution"]["reason"], "policy_response");
+    assert_eq!(view["gate_id"], view["gate"]["id"], "--json names the gate at the top level");
 }
 
 #[tokio::test]
-async fn sigint_withdraws_the_gate_and_exits_130() {
+async fn sigint_sigterm_and_sighup_withdraw_the_gate_and_exit_128_plus_the_signal() {
+    let app = TestApp::spawn().await;
+    for (signal, code) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
+        let session = uuid();
+        let asking = gatehouse(&app.base, &["ask", "Stop me", "--session", &session]).spawn().unwrap();
+        let gate = gate_id(&opened_in(&app, &session).await);
+        app.parked_on_gate(&gate, 1).await;
+        let pid = asking.id().expect("running").to_string();
+        let sent = Command::new("kill").args([&format!("-{signal}"), &pid]).status().await.unwrap();
+        assert!(sent.success(), "kill -{signal}");
+        let asked = finish(asking).await;
+        assert_eq!(asked.status.code(), Some(code), "SIG{signal}: {}", text(&asked.stderr));
+        assert!(text(&asked.stderr).contains("withdrawn"), "SIG{signal}: {}", text(&asked.stderr));
+        let view = app.view(&session, &gate).await;
+        assert_eq!(
+            (view["state"].as_str(), view["resolution"]["reason"].as_str()),
+            (Some("closed"), Some("abandoned"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn ask_under_timeout_leaves_no_gate_open() {
     let app = TestApp::spawn().await;
     let session = uuid();
-    let asking = gatehouse(&app.base, &["ask", "Interrupt me", "--session", &session]).spawn().unwrap();
-    let gate = gate_id(&opened_in(&app, &session).await);
-    app.parked_on_gate(&gate, 1).await;
-    let pid = asking.id().expect("running").to_string();
-    let sent = Command::new("kill").args(["-INT", &pid]).status().await.unwrap();
-    assert!(sent.success());
-    let asked = finish(asking).await;
-    assert_eq!(asked.status.code(), Some(130), "{}", text(&asked.stderr));
-    let view = app.view(&session, &gate).await;
-    assert_eq!(view["state"], "closed");
-    assert_eq!(view["resolution"]["reason"], "abandoned");
+    // As a CI job would: `timeout` sends SIGTERM after 5 s and waits for the exit.
+    let timed = Command::new("timeout")
+        .args(["5", env!("CARGO_BIN_EXE_gatehouse"), "ask", "Anyone there?", "--session", &session])
+        .env("GATEHOUSE_URL", &app.base)
+        .env_remove("GATEHOUSE_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let timed = finish(timed).await;
+    assert_eq!(timed.status.code(), Some(124), "timeout stopped it: {}", text(&timed.stderr));
+    let gates = app.listed_gate_ids(&format!("/v1/sessions/{session}/gates?limit=10")).await;
+    for gate in &gates {
+        let view = app.view(&session, gate).await;
+        assert_eq!(
+            (view["state"].as_str(), view["resolution"]["reason"].as_str()),
+            (Some("closed"), Some("abandoned"))
+        );
+    }
+    // Only a machine too slow to open a gate in 5 s gets here with none; then none is open either.
+    if gates.is_empty() {
+        eprintln!("note: ask had not opened its gate when timeout stopped it");
+    }
 }
 
 #[tokio::test]
@@ -224,7 +281,13 @@ async fn the_cli_sends_gatehouse_token() {
 
     let refused = finish(gatehouse(&app.base, &["answer", &gate, "yes"]).spawn().unwrap()).await;
     assert_eq!(refused.status.code(), Some(1));
-    assert!(text(&refused.stderr).contains("401"), "{}", text(&refused.stderr));
+    let said = text(&refused.stderr);
+    assert!(said.contains("401") && said.contains("set GATEHOUSE_TOKEN"), "{said}");
+    let wrong =
+        finish(gatehouse(&app.base, &["gates"]).env("GATEHOUSE_TOKEN", "not-a-token-of-this-server").spawn().unwrap())
+            .await;
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(text(&wrong.stderr).contains("does not accept GATEHOUSE_TOKEN"), "{}", text(&wrong.stderr));
     let answered =
         finish(gatehouse(&app.base, &["answer", &gate, "yes"]).env("GATEHOUSE_TOKEN", responder).spawn().unwrap())
             .await;
@@ -235,4 +298,217 @@ async fn the_cli_sends_gatehouse_token() {
     assert_eq!(view["resolution"]["source"]["principal"], "alice");
     drop(app.stop().await);
     drop(dir);
+}
+
+#[tokio::test]
+async fn ask_says_on_stderr_how_to_answer_and_that_command_works() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let mut asking = gatehouse(&app.base, &["ask", "Ship it?", "--session", &session]).spawn().unwrap();
+    let mut stderr = BufReader::new(asking.stderr.take().unwrap());
+    let line = announcement(&mut stderr).await;
+    let gate = gate_id(&opened_in(&app, &session).await);
+    assert!(line.contains(&format!("gate {gate} ")) && line.contains("\"Ship it?\""), "{line}");
+
+    // Run the command the line gives, with an answer in place of `<answer>`.
+    let command = line.split("answer it with: ").nth(1).expect("the command").trim();
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words, ["gatehouse", "answer", gate.as_str(), "<answer>"], "{line}");
+    let answered = finish(gatehouse(&app.base, &["answer", words[2], "shipped"]).spawn().unwrap()).await;
+    assert_eq!(answered.status.code(), Some(0), "{}", text(&answered.stderr));
+    let asked = finish(asking).await;
+    assert_eq!(
+        (asked.status.code(), text(&asked.stdout)),
+        (Some(0), "shipped\n".to_owned()),
+        "stdout: the answer alone"
+    );
+}
+
+#[tokio::test]
+async fn every_id_gates_prints_is_accepted_by_answer() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    let open = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Copy my id")).await);
+    let done = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Done already")).await);
+    app.answer(&session, &done, "earlier").await.expect(202);
+
+    let listed = finish(gatehouse(&app.base, &["gates", "--all"]).spawn().unwrap()).await;
+    assert_eq!(listed.status.code(), Some(0));
+    let table = text(&listed.stdout);
+    // The first column of each row, exactly as printed.
+    let id_on = |question: &str| {
+        let row = table.lines().find(|l| l.contains(question)).unwrap_or_else(|| panic!("{question}: {table}"));
+        row.split_whitespace().next().unwrap().to_owned()
+    };
+    let (copied, copied_done) = (id_on("Copy my id"), id_on("Done already"));
+    assert!(open.starts_with(&copied) && copied.len() >= 8, "{table}");
+
+    let answered = finish(gatehouse(&app.base, &["answer", &copied, "pasted"]).spawn().unwrap()).await;
+    assert_eq!(answered.status.code(), Some(0), "{}", text(&answered.stderr));
+    assert_eq!(app.view(&session, &open).await["answer"], "pasted");
+    let late = finish(gatehouse(&app.base, &["answer", &copied_done, "again"]).spawn().unwrap()).await;
+    assert_eq!(late.status.code(), Some(2), "a resolved gate's short id names it too: {}", text(&late.stderr));
+    assert!(text(&late.stderr).contains("\"earlier\""), "{}", text(&late.stderr));
+
+    for (id, why) in [("0000000", "too short"), ("zzzzzzzz", "not hex")] {
+        let refused = finish(gatehouse(&app.base, &["answer", id, "x"]).spawn().unwrap()).await;
+        assert_eq!(refused.status.code(), Some(1), "{why}");
+        assert!(text(&refused.stderr).contains("not a gate id"), "{why}: {}", text(&refused.stderr));
+    }
+    let unknown = if open.starts_with("00000000") { "ffffffff" } else { "00000000" };
+    let missing = finish(gatehouse(&app.base, &["answer", unknown, "x"]).spawn().unwrap()).await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).contains("no gate id starts with"), "{}", text(&missing.stderr));
+}
+
+#[tokio::test]
+async fn an_ambiguous_prefix_lists_the_candidates_from_every_page() {
+    // Server-minted ids never share 8 digits in a test, so a stand-in server lists two that do,
+    // on two pages of `GET /v1/gates`.
+    let (first, second) = ("9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f", "9d3e4f50-0000-4000-8000-000000000001");
+    let view = |id: &str, question: &str| {
+        json!({"session_id": "a1b2c3d4-0000-4000-8000-000000000000", "state": "open",
+               "gate": {"id": id, "prompt": {"body": question}}})
+    };
+    let pages = [
+        json!({"gates": [view(first, "First?"), view("1d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f", "Other")],
+               "journal_seq": 4, "next_after": "o2"}),
+        json!({"gates": [view(second, "Second\u{1b}[2J?")], "journal_seq": 4}),
+    ];
+    let listing = axum::routing::get(move |query: axum::extract::RawQuery| {
+        let page = if query.0.unwrap_or_default().contains("after=o2") { &pages[1] } else { &pages[0] };
+        std::future::ready(axum::Json(page.clone()))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().route("/v1/gates", listing)).await });
+
+    let out = finish(gatehouse(&base, &["answer", "9d3e4f50", "yes"]).spawn().unwrap()).await;
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(said.contains("2 gates have ids starting with 9d3e4f50"), "{said}");
+    assert!(said.contains(first) && said.contains(second) && !said.contains("1d3e4f50"), "{said}");
+    assert!(said.contains("Second\\u{1b}[2J?") && !controls_terminal(&said), "{said}");
+}
+
+#[tokio::test]
+async fn text_from_others_reaches_the_terminal_escaped_and_scripts_get_exact_answers() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    // OSC 52 would set the clipboard; U+202E turns the rest of the line around; CSI via C1.
+    let question = "Pay\u{1b}]52;c;cHduZWQ=\u{7} \u{202e}ti\u{9b}2J now?";
+    let shown = "Pay\\u{1b}]52;c;cHduZWQ=\\u{7} \\u{202e}ti\\u{9b}2J now?";
+    let mut watch = gatehouse(&app.base, &["gates", "--watch"]).spawn().unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap());
+    let mut header = String::new();
+    bounded("the watch header", watched.read_line(&mut header)).await.unwrap();
+
+    let mut asking = gatehouse(&app.base, &["ask", question, "--session", &session]).spawn().unwrap();
+    let mut stderr = BufReader::new(asking.stderr.take().unwrap());
+    let line = announcement(&mut stderr).await;
+    assert!(line.contains(shown) && !controls_terminal(&line), "ask's stderr line: {line:?}");
+    let gate = gate_id(&opened_in(&app, &session).await);
+
+    let table = finish(gatehouse(&app.base, &["gates"]).spawn().unwrap()).await;
+    let table = text(&table.stdout);
+    assert!(table.contains(&shown[..40]) && !controls_terminal(&table), "gates: {table:?}");
+    let mut opened = String::new();
+    bounded("the watch line", watched.read_line(&mut opened)).await.unwrap();
+    assert!(opened.starts_with("opened") && opened.contains(shown) && !controls_terminal(&opened), "{opened:?}");
+
+    let answer = "ok\u{1b}]52;c;eA==\u{7}\u{202e}\ttabbed";
+    app.answer(&session, &gate, answer).await.expect(202);
+    let mut resolved = String::new();
+    bounded("the watch line", watched.read_line(&mut resolved)).await.unwrap();
+    assert!(
+        resolved.contains("ok\\u{1b}]52;c;eA==\\u{7}\\u{202e}\\ttabbed") && !controls_terminal(&resolved),
+        "{resolved:?}"
+    );
+    watch.kill().await.unwrap();
+
+    let asked = finish(asking).await;
+    assert_eq!(asked.status.code(), Some(0));
+    assert_eq!(asked.stdout, format!("{answer}\n").into_bytes(), "stdout is a pipe: the exact bytes");
+}
+
+#[tokio::test]
+async fn on_a_terminal_ask_escapes_the_answer_too() {
+    let app = TestApp::spawn().await;
+    let session = uuid();
+    // util-linux `script` runs ask on a pseudo-terminal and copies what it shows to our pipe.
+    let on_terminal = Command::new("script")
+        .args(["-qec", r#""$GATEHOUSE_BIN" ask "$QUESTION" --session "$SESSION""#, "/dev/null"])
+        .env("GATEHOUSE_BIN", env!("CARGO_BIN_EXE_gatehouse"))
+        .env("QUESTION", "Which\u{1b}[8m one?")
+        .env("SESSION", &session)
+        .env("GATEHOUSE_URL", &app.base)
+        .env_remove("GATEHOUSE_TOKEN")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let gate = gate_id(&opened_in(&app, &session).await);
+    app.parked_on_gate(&gate, 1).await;
+    app.answer(&session, &gate, "two\u{1b}]52;c;eA==\u{7}\u{202e}\nlines").await.expect(202);
+    let out = finish(on_terminal).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The terminal ends its lines with CR LF; every other control character must be escaped.
+    let shown = text(&out.stdout).replace("\r\n", "\n");
+    assert!(shown.contains("Which\\u{1b}[8m one?"), "{shown:?}");
+    assert!(shown.contains("two\\u{1b}]52;c;eA==\\u{7}\\u{202e}\nlines\n"), "newlines stay: {shown:?}");
+    assert!(!controls_terminal(&shown), "{shown:?}");
+}
+
+#[tokio::test]
+async fn every_client_help_names_gatehouse_token() {
+    for command in ["ask", "answer", "gates", "tail"] {
+        let help = finish(gatehouse("http://127.0.0.1:9", &[command, "--help"]).spawn().unwrap()).await;
+        assert_eq!(help.status.code(), Some(0));
+        assert!(text(&help.stdout).contains("GATEHOUSE_TOKEN"), "{command} --help: {}", text(&help.stdout));
+    }
+}
+
+#[tokio::test]
+async fn tail_reads_any_valid_event_stream() {
+    // A stand-in server sends CRLF and bare-CR line ends, a CR and its LF in separate chunks, a
+    // two-line data field, comments and an unknown field: tail must see the two events.
+    let chunks: [&'static [u8]; 5] = [
+        b": hello\r\nretry: 10\r\nevent: enduring\r\nid: 1\r\ndata: {\"v\":1,\r",
+        b"\ndata: \"event\":{\"type\":\"A\"}}\r\n\r",
+        b"\nfoo: bar\revent: enduring\rid: 2\rdata:{\"v\":1,\"event\":{\"type\":\"B\"}}\r",
+        b"\r",
+        b": ping\n\n",
+    ];
+    let stream = axum::routing::get(move || async move {
+        let body = futures_util::StreamExt::then(futures_util::stream::iter(chunks), |chunk| async move {
+            // Apart in time, so they tend to arrive as separate reads.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, std::convert::Infallible>(chunk)
+        });
+        ([("content-type", "text/event-stream")], axum::body::Body::from_stream(body))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().route("/v1/events", stream)).await });
+
+    let mut tail = gatehouse(&base, &["tail"]).spawn().unwrap();
+    let mut stdout = BufReader::new(tail.stdout.take().unwrap());
+    for expected in [r#"{"journal_seq":1,"event":{"type":"A"}}"#, r#"{"journal_seq":2,"event":{"type":"B"}}"#] {
+        let mut line = String::new();
+        bounded("a tail line", stdout.read_line(&mut line)).await.unwrap();
+        assert_eq!(line.trim_end(), expected);
+    }
+    tail.kill().await.unwrap();
+}
+
+#[test]
+fn serve_on_a_busy_port_names_bind_and_gatehouse_bind() {
+    let (_dir, db) = temp_db();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (code, stderr) = ServerProcess::serve_to_exit(&db, &taken.local_addr().unwrap().to_string(), &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--bind") && stderr.contains("GATEHOUSE_BIND"), "{stderr}");
 }
