@@ -662,11 +662,14 @@ pub fn take_frames(buf: &mut Vec<u8>) -> Vec<SseFrame> {
     frames
 }
 
-/// A client reading one event stream. Every frame it reads is checked against the contract.
+/// A client reading one event stream promptly: a task of its own takes every chunk off the
+/// socket as it arrives, however long the test dwells on the frames (each is checked against the
+/// contract), so the server never sees this client stall.
 pub struct EventStream {
     pub headers: reqwest::header::HeaderMap,
     path: String,
-    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    /// Chunks as they arrived; closed at the end of the stream.
+    chunks: tokio::sync::mpsc::UnboundedReceiver<bytes::Bytes>,
     buf: Vec<u8>,
     ready: std::collections::VecDeque<SseFrame>,
 }
@@ -686,31 +689,37 @@ impl EventStream {
             panic!("stream {path}: {status}: {body}");
         }
         assert_eq!(headers["content-type"], "text/event-stream");
-        Self {
-            headers,
-            path: path.to_owned(),
-            body: Box::pin(resp.bytes_stream()),
-            buf: Vec::new(),
-            ready: Default::default(),
-        }
+        let (tx, chunks) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            use futures_util::StreamExt;
+            let mut body = resp.bytes_stream();
+            // Ends at the end of the stream, or as soon as the `EventStream` is dropped (which
+            // closes the connection, as a client going away does).
+            loop {
+                let chunk = tokio::select! {
+                    chunk = body.next() => chunk,
+                    () = tx.closed() => return,
+                };
+                let Some(Ok(chunk)) = chunk else { return };
+                if tx.send(chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { headers, path: path.to_owned(), chunks, buf: Vec::new(), ready: Default::default() }
     }
 
     /// The next frame within `limit`: `Ok(None)` at the end of the stream, `Err` on a timeout.
     pub async fn next_within(&mut self, limit: Duration) -> Result<Option<SseFrame>, tokio::time::error::Elapsed> {
-        use futures_util::StreamExt;
         tokio::time::timeout(limit, async {
             loop {
                 if let Some(frame) = self.ready.pop_front() {
                     contract::check_stream_frame(&self.path, &frame.to_json());
                     return Some(frame);
                 }
-                match self.body.next().await {
-                    Some(Ok(chunk)) => {
-                        self.buf.extend_from_slice(&chunk);
-                        self.ready.extend(take_frames(&mut self.buf));
-                    }
-                    Some(Err(_)) | None => return None,
-                }
+                let chunk = self.chunks.recv().await?;
+                self.buf.extend_from_slice(&chunk);
+                self.ready.extend(take_frames(&mut self.buf));
             }
         })
         .await

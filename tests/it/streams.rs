@@ -177,7 +177,9 @@ async fn the_stream_cap_answers_503_and_frees_slots_on_disconnect() {
     assert!(reopened, "a slot was freed");
 }
 
-#[tokio::test]
+// Two threads: the reading client's task keeps taking chunks off its socket while the test checks
+// frames, so only the client that stops reading stalls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_closed_and_resumes_from_its_cursor() {
     let app = TestApp::spawn_with(|args| args.stream_stall = Duration::from_secs(1)).await;
     let session = uuid();
