@@ -3,8 +3,9 @@
 //! committed, so nothing can be observed before its commit.
 //!
 //! - `head`: a `watch` of the latest committed journal seq; streams follow it (bursts coalesce).
-//! - `ring`: the last committed journal frames, serialised once as SSE bytes and shared by every
-//!   stream whose cursor is inside it; streams further behind read the database instead.
+//! - `ring`: the last committed journal frames, serialised once (by the `FrameFn` the bus was made
+//!   with: the bus does not know the wire format) and shared by every stream whose cursor is inside
+//!   it; streams further behind read the database instead.
 //! - keyed interests: gate id → `wait` long-polls, (session, loop) → inbox long-polls, so a
 //!   commit wakes only who it concerns.
 
@@ -21,6 +22,9 @@ use crate::domain::{GateId, LoopId, SessionId, Timestamp};
 pub const RING_CAPACITY: usize = 4096;
 /// …and how many bytes of them: big events must not let the ring pin unbounded memory.
 pub const RING_BYTES: usize = 32 * 1024 * 1024;
+
+/// Turns one committed journal event (its seq and stored JSON) into the bytes a stream sends.
+pub type FrameFn = fn(i64, &str) -> Bytes;
 
 /// Something a committed transaction changed, announced after COMMIT returned Ok.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +43,7 @@ pub enum Effect {
 #[derive(Debug)]
 pub struct Bus {
     head: watch::Sender<i64>,
+    frame: FrameFn,
     ring: Ring,
     /// Deadline changes for the timer task, which takes the receiver once.
     deadlines: mpsc::UnboundedSender<DeadlineChange>,
@@ -48,11 +53,12 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// A bus whose head starts at the journal head found at start-up.
-    pub fn new(head: i64) -> Self {
+    /// A bus whose head starts at the journal head found at start-up, making frames with `frame`.
+    pub fn new(head: i64, frame: FrameFn) -> Self {
         let (deadlines, feed) = mpsc::unbounded_channel();
         Self {
             head: watch::Sender::new(head),
+            frame,
             ring: Ring::new(head, RING_CAPACITY, RING_BYTES),
             deadlines,
             deadline_feed: Mutex::new(Some(feed)),
@@ -114,7 +120,7 @@ impl Bus {
         for effect in effects {
             match effect {
                 Effect::Journal { seq, session, event } => {
-                    frames.push(Frame { seq, session, bytes: enduring_frame(seq, &event) });
+                    frames.push(Frame { seq, session, bytes: (self.frame)(seq, &event) });
                 }
                 other => others.push(other),
             }
@@ -159,18 +165,6 @@ pub struct Frame {
     pub seq: i64,
     pub session: SessionId,
     pub bytes: Bytes,
-}
-
-/// `event: enduring`, `id:` the seq, and the event inside `{"v":1,"event":…}` on one line (the
-/// stored event is compact JSON, so it holds no raw line break).
-pub fn enduring_frame(seq: i64, event: &str) -> Bytes {
-    let head = format!("event: enduring\nid: {seq}\ndata: {{\"v\":1,\"event\":");
-    // Exactly sized: the ring holds thousands of these, and spare capacity would be held too.
-    let mut frame = Vec::with_capacity(head.len() + event.len() + 3);
-    frame.extend_from_slice(head.as_bytes());
-    frame.extend_from_slice(event.as_bytes());
-    frame.extend_from_slice(b"}\n\n");
-    Bytes::from(frame)
 }
 
 /// The last committed frames, oldest first. Every frame with `seq > floor` is in it.
@@ -296,6 +290,12 @@ impl<K: Hash + Eq + Clone> Drop for Interest<K> {
     }
 }
 
+/// A frame for the bus's own tests: the seq and the event, nothing of any wire format.
+#[cfg(test)]
+pub(crate) fn test_frame(seq: i64, event: &str) -> Bytes {
+    Bytes::from(format!("{seq} {event}\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,7 +303,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_wakes_only_its_own_gate() {
-        let bus = Bus::new(0);
+        let bus = Bus::new(0, test_frame);
         let (a, b) = (GateId::mint(), GateId::mint());
         let mut wa = bus.watch_gate(a);
         let mut wb = bus.watch_gate(b);
@@ -328,7 +328,7 @@ mod ring_tests {
     fn ring_with(seqs: impl IntoIterator<Item = i64>, floor: i64, capacity: usize) -> Ring {
         let ring = Ring::new(floor, capacity, usize::MAX);
         for seq in seqs {
-            ring.extend([Frame { seq, session: session((seq % 2) as u8 + 1), bytes: enduring_frame(seq, "{}") }]);
+            ring.extend([Frame { seq, session: session((seq % 2) as u8 + 1), bytes: test_frame(seq, "{}") }]);
         }
         ring
     }
@@ -360,7 +360,7 @@ mod ring_tests {
 
     #[test]
     fn the_ring_is_bounded_in_bytes_too() {
-        let frame = |seq| Frame { seq, session: session(1), bytes: enduring_frame(seq, &"x".repeat(1000)) };
+        let frame = |seq| Frame { seq, session: session(1), bytes: test_frame(seq, &"x".repeat(1000)) };
         let size = frame(1).bytes.len();
         let ring = Ring::new(0, 100, 3 * size + 5);
         for seq in 1..=10 {
@@ -369,14 +369,5 @@ mod ring_tests {
         assert!(ring.after(6, 10, None, 100).is_none(), "7 was evicted to stay within the budget");
         assert_eq!(seqs(ring.after(7, 10, None, 100)), (vec![8, 9, 10], 10));
         assert_eq!(frame(1).bytes.len(), size, "exactly sized");
-    }
-
-    #[test]
-    fn frames_are_one_line_json_with_an_id() {
-        let frame = enduring_frame(7, r#"{"type":"GateOpened","v":1}"#);
-        assert_eq!(
-            &frame[..],
-            b"event: enduring\nid: 7\ndata: {\"v\":1,\"event\":{\"type\":\"GateOpened\",\"v\":1}}\n\n"
-        );
     }
 }

@@ -4,14 +4,11 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::bus::Bus;
-use crate::store::{BeforeCommit, Durability};
-use crate::timer::Armed;
+use crate::store::Durability;
 
 /// The after-help of a client subcommand: its own text, then the environment every client reads
 /// (`GATEHOUSE_TOKEN` has no flag, so this is where `--help` shows it).
@@ -39,7 +36,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gate server on an embedded SQLite file.
+    /// Run the gate server (on an embedded SQLite file by default, or on PostgreSQL).
     // Boxed: the server has many flags, the client subcommands few.
     Serve(Box<ServeArgs>),
     /// Ask a person a question and print the answer (blocks until answered).
@@ -208,8 +205,23 @@ pub struct ServeArgs {
     pub bind: SocketAddr,
 
     /// SQLite database file (created if missing). `<db>.lock` beside it keeps a second server away.
-    #[arg(long, env = "GATEHOUSE_DB", default_value = "gatehouse.db")]
+    #[arg(long, env = "GATEHOUSE_DB", default_value = "gatehouse.db", conflicts_with_all = ["database_url", "database_url_file"])]
     pub db: PathBuf,
+
+    /// Use PostgreSQL instead of the SQLite file: `postgres://USER:PASSWORD@HOST:PORT/DATABASE`.
+    /// Several replicas may share one database. Needs --secret-file. Never logged.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "GATEHOUSE_DATABASE_URL",
+        hide_env_values = true,
+        conflicts_with = "database_url_file"
+    )]
+    pub database_url: Option<String>,
+
+    /// Read the PostgreSQL URL from this file (so the password stays out of the process list).
+    #[arg(long, value_name = "PATH", env = "GATEHOUSE_DATABASE_URL_FILE")]
+    pub database_url_file: Option<PathBuf>,
 
     /// The server key (answer links, login cookies), kept out of the database so that a copy of
     /// it cannot answer gates. Created if missing. Default: `<db>.key` beside the database.
@@ -279,6 +291,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURS", env = "GATEHOUSE_WEBHOOK_RETRY_SCHEDULE", value_delimiter = ',', value_parser = parse_duration)]
     pub webhook_retry_schedule: Vec<Duration>,
 
+    /// How long a replica holds a webhook endpoint without renewing (with several replicas, one
+    /// delivers to each endpoint; another takes over after this long if it dies).
+    #[arg(long, value_name = "DUR", env = "GATEHOUSE_WEBHOOK_LEASE", default_value = "45s", value_parser = parse_duration, hide = true)]
+    pub webhook_lease: Duration,
+
     /// Re-enable an endpoint that was disabled by a 410 answer (repeatable).
     #[arg(long = "webhook-reenable", value_name = "URL", env = "GATEHOUSE_WEBHOOK_REENABLE")]
     pub webhook_reenable: Vec<String>,
@@ -319,10 +336,6 @@ pub struct ServeArgs {
     /// the writer before every transaction.
     #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
     pub fault_file: Option<PathBuf>,
-
-    /// Test hooks; never set from the command line.
-    #[arg(skip)]
-    pub hooks: TestHooks,
 }
 
 impl fmt::Debug for ClientArgs {
@@ -337,6 +350,8 @@ impl fmt::Debug for ServeArgs {
         f.debug_struct("ServeArgs")
             .field("bind", &self.bind)
             .field("db", &self.db)
+            .field("database_url", &self.database_url.as_ref().map(|_| "<redacted>"))
+            .field("database_url_file", &self.database_url_file)
             .field("secret_file", &self.secret_file)
             .field("sync", &self.sync)
             .field("max_body", &self.max_body)
@@ -398,17 +413,6 @@ impl From<SyncMode> for Durability {
             SyncMode::Normal => Durability::Normal,
         }
     }
-}
-
-/// Hooks that only tests set.
-#[derive(Clone, Default)]
-pub struct TestHooks {
-    /// Called on the writer thread just before every COMMIT (the commit barrier, spec §13).
-    pub before_commit: Option<BeforeCommit>,
-    /// Receives the server's bus once it runs, so a test can see who is waiting.
-    pub bus: Option<Arc<OnceLock<Arc<Bus>>>>,
-    /// Receives the armed-deadline counter once the timer runs.
-    pub armed: Option<Arc<OnceLock<Arc<Armed>>>>,
 }
 
 /// `1048576`, `512KiB`, `1MiB` (K and M are read as KiB and MiB).

@@ -2,7 +2,8 @@
 //! it exactly once; the answer is routed to the owning loop's inbox.
 //!
 //! The layering is the architecture: `http` → `store` + `bus` → `domain`. `domain` is pure,
-//! `store` owns SQLite (one writer thread, read-only readers), `bus` rings after commits.
+//! `store` owns the database (SQLite, or PostgreSQL for several replicas) behind one API, `bus`
+//! rings after commits; `supervise` watches the background tasks.
 
 pub mod auth;
 pub mod backoff;
@@ -14,9 +15,11 @@ pub mod domain;
 pub mod error;
 pub mod http;
 pub mod store;
+pub mod supervise;
 pub mod timer;
 pub mod webhook;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,10 +28,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use auth::{Auth, Security};
+use bus::Bus;
 pub use config::ServeArgs;
 pub use http::router;
 use http::{AppState, Handles, Limits, PageReads, StallGuardListener};
-use store::{OpenError, Store, StoreConfig};
+use store::{BeforeCommit, DatabaseUrl, OpenError, Opened, PgBeforeCommit, PgSettings, SqliteSettings, StoreSettings};
+use supervise::Supervisor;
+use timer::Armed;
 
 /// Why `serve` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -49,71 +55,143 @@ pub enum ServeError {
 /// closing their connections anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
-/// Opens the store for `args`: takes the database lock, migrates, starts the writer. Call it
-/// before binding, so a second server on the same database is refused for the right reason.
-pub fn open_store(args: &ServeArgs) -> Result<Store, OpenError> {
-    Store::open(StoreConfig {
-        path: args.db.clone(),
-        durability: args.sync.into(),
-        key_file: args.secret_file.clone(),
-        before_commit: args.hooks.before_commit.clone(),
-        fault_file: args.fault_file.clone(),
+/// Hooks only tests set (never from the command line).
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Called on the SQLite writer thread just before every COMMIT (the commit barrier).
+    pub before_commit: Option<BeforeCommit>,
+    /// Awaited by the PostgreSQL writer just before every COMMIT.
+    pub pg_before_commit: Option<PgBeforeCommit>,
+}
+
+/// Where `args` say the database is: the SQLite file, or PostgreSQL (`--database-url`, or the URL
+/// in `--database-url-file`).
+pub fn store_settings(args: &ServeArgs, hooks: &Hooks) -> Result<StoreSettings, OpenError> {
+    let url = match (&args.database_url, &args.database_url_file) {
+        (Some(url), _) => Some(url.trim().to_owned()),
+        (None, Some(file)) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| OpenError::Database(format!("cannot read --database-url-file {}: {e}", file.display())))?
+                .trim()
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    Ok(match url {
+        Some(url) => StoreSettings::Postgres(PgSettings {
+            before_commit: hooks.pg_before_commit.clone(),
+            ..PgSettings::new(DatabaseUrl::new(url), args.secret_file.clone())
+        }),
+        None => StoreSettings::Sqlite(SqliteSettings {
+            path: args.db.clone(),
+            durability: args.sync.into(),
+            key_file: args.secret_file.clone(),
+            before_commit: hooks.before_commit.clone(),
+            fault_file: args.fault_file.clone(),
+        }),
     })
 }
 
-/// Reads the security flags, opens the store and runs the server on `listener` until
-/// `shutdown` resolves (see `run`).
+/// Opens the store for `args`: on SQLite it takes the database lock, migrates and starts the
+/// writer; on PostgreSQL it connects and migrates. Call it before binding, so a second server on
+/// the same SQLite file is refused for the right reason.
+pub async fn open_store(args: &ServeArgs, hooks: &Hooks) -> Result<Opened, OpenError> {
+    store::Store::open(store_settings(args, hooks)?, http::enduring_frame).await
+}
+
+/// A server that is running: what tests and embedders may look at, and how to wait for its end.
+pub struct Running {
+    /// The address it listens on.
+    pub address: SocketAddr,
+    /// Its bus, to see who is waiting.
+    pub bus: Arc<Bus>,
+    /// How many deadlines its timer holds.
+    pub armed: Arc<Armed>,
+    served: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// Waits until the server has stopped (after `shutdown` resolved) and closed its database.
+    pub async fn wait(self) -> Result<(), ServeError> {
+        match self.served.await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(ServeError::Io(std::io::Error::other(e))),
+        }
+    }
+}
+
+/// Reads the security flags, opens the store and runs the server on `listener` until `shutdown`
+/// resolves (see `start`).
 pub async fn serve(
     args: ServeArgs,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let security = Security::load(&args)?;
-    let store = open_store(&args)?;
-    run(args, security, store, listener, shutdown).await
+    start(args, Hooks::default(), listener, shutdown).await?.wait().await
 }
 
-/// Runs the server until `shutdown` resolves, then drains: streams and long-polls end,
-/// in-flight requests get a short grace, the writer commits what is queued, and the database is
-/// checkpointed and closed.
+/// Reads the security flags, opens the store, answers overdue gates, and starts serving
+/// `listener` until `shutdown` resolves; returns once it serves.
+pub async fn start(
+    args: ServeArgs,
+    hooks: Hooks,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Running, ServeError> {
+    let security = Security::load(&args)?;
+    let opened = open_store(&args, &hooks).await?;
+    run(args, security, opened, listener, shutdown).await
+}
+
+/// Starts serving `listener` with an open store until `shutdown` resolves, then drains: streams
+/// and long-polls end, in-flight requests get a short grace, the background tasks stop, the writer
+/// commits what is queued, and the database is closed. Returns once the server serves.
 pub async fn run(
     args: ServeArgs,
     security: Security,
-    store: Store,
+    opened: Opened,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
+) -> Result<Running, ServeError> {
+    let Opened { store, bus, background } = opened;
+    let token = CancellationToken::new();
+    // The store's own tasks (writer, follower) stop with the store, after the others.
+    let store_tasks = Arc::new(Supervisor::new(token.clone()));
+    for task in background {
+        store_tasks.spawn(task.name, task.task);
+    }
+    let tasks = Arc::new(Supervisor::new(token.clone()));
+    let stopping =
+        Stopping { token: token.clone(), store: store.clone(), tasks: [Arc::clone(&tasks), Arc::clone(&store_tasks)] };
     // The listener actually served, not only the flag, must pass the fail-secure bind.
     let address = listener.local_addr()?;
     if let Err(e) = auth::check_exposure(address, !security.is_open(), &args) {
-        store.shutdown().await;
+        stopping.stop().await;
         return Err(e.into());
     }
-    if let Some(slot) = &args.hooks.bus {
-        let _ = slot.set(Arc::clone(store.bus()));
-    }
-    let token = CancellationToken::new();
     // Overdue gates are answered before the first request is served.
-    let armed = match timer::start(&store, token.clone()).await {
-        Ok(armed) => armed,
+    let armed = match timer::start(&store, &bus, token.clone()).await {
+        Ok((armed, timer)) => {
+            tasks.spawn("timer", timer);
+            armed
+        }
         Err(e) => {
-            store.shutdown().await;
+            stopping.stop().await;
             return Err(ServeError::Deadlines(e));
         }
     };
-    if let Some(slot) = &args.hooks.armed {
-        let _ = slot.set(armed);
-    }
-    let webhook_secret = match webhook::start(&args, address, &store, token.clone()).await {
+    let webhook_secret = match webhook::start(&args, address, &store, &bus, &tasks, token.clone()).await {
         Ok(secret) => secret,
         Err(e) => {
-            token.cancel();
-            store.shutdown().await;
+            stopping.stop().await;
             return Err(ServeError::Webhooks(e));
         }
     };
     let state = AppState::new(Handles {
         store: store.clone(),
+        bus: Arc::clone(&bus),
+        tasks: [tasks, store_tasks],
         limits: Limits {
             max_body: args.max_body,
             heartbeat: args.heartbeat,
@@ -130,7 +208,11 @@ pub async fn run(
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),
         Some(tokens) => tracing::info!(tokens = tokens.len(), "tokens file loaded; routes need credentials"),
     }
-    tracing::info!("gatehouse listening on http://{address} with database {}", args.db.display());
+    let database = match (&args.database_url, &args.database_url_file) {
+        (None, None) => format!("database {}", args.db.display()),
+        _ => "PostgreSQL".to_owned(),
+    };
+    tracing::info!("gatehouse listening on http://{address} with {database}");
 
     let signal = token.clone();
     tokio::spawn(async move {
@@ -145,20 +227,41 @@ pub async fn run(
     // when the router got its state.
     let server = axum::serve(listener, router(state).into_make_service())
         .with_graceful_shutdown(token.clone().cancelled_owned());
-    let grace = async {
-        token.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    let served = tokio::select! {
-        served = server => served,
-        () = grace => {
-            tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
-            Ok(())
-        }
-    };
-    // Whatever ended the server, the writer still drains and the database closes cleanly.
-    token.cancel();
-    store.shutdown().await;
-    served?;
-    Ok(())
+    let served = tokio::spawn(async move {
+        let grace = async {
+            token.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        let served = tokio::select! {
+            served = server => served,
+            () = grace => {
+                tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
+                Ok(())
+            }
+        };
+        // Whatever ended the server, the background tasks stop, the writer drains and the
+        // database closes cleanly.
+        stopping.stop().await;
+        served?;
+        Ok(())
+    });
+    Ok(Running { address, bus, armed, served })
+}
+
+/// How a server stops, whatever ended it: cancel, let the tasks that use the store finish (a
+/// webhook request in flight, the timer), then close the store, which stops its own tasks.
+struct Stopping {
+    token: CancellationToken,
+    store: store::Store,
+    /// The tasks that use the store, then the store's own.
+    tasks: [Arc<Supervisor>; 2],
+}
+
+impl Stopping {
+    async fn stop(&self) {
+        self.token.cancel();
+        self.tasks[0].wait().await;
+        self.store.shutdown().await;
+        self.tasks[1].wait().await;
+    }
 }

@@ -54,8 +54,8 @@ async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
     };
     // The database first: a second server on the same file is refused for that reason, not for
     // the port it would also share.
-    let store = match gatehouse::open_store(&args) {
-        Ok(store) => store,
+    let opened = match gatehouse::open_store(&args, &gatehouse::Hooks::default()).await {
+        Ok(opened) => opened,
         Err(e) => {
             eprintln!("gatehouse: {e}");
             return ExitCode::FAILURE;
@@ -70,11 +70,15 @@ async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
                 "gatehouse: cannot listen on {}: {e}; choose another address with --bind or GATEHOUSE_BIND",
                 args.bind
             );
-            store.shutdown().await;
+            opened.store.shutdown().await;
             return ExitCode::FAILURE;
         }
     };
-    match gatehouse::run(args, security, store, listener, shutdown_signal()).await {
+    let served = match gatehouse::run(args, security, opened, listener, shutdown_signal()).await {
+        Ok(running) => running.wait().await,
+        Err(e) => Err(e),
+    };
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gatehouse: {e}");

@@ -1,8 +1,9 @@
-//! Deadlines (spec §8): one task holds every armed deadline in a heap and, when gates fall due,
-//! answers them with their policy's template through the writer (the same claim as a person's,
-//! so the first commit wins). Deadlines are armed only after the open commits and dropped after
-//! the resolution commits (both arrive as `DeadlineChange`s from the bus); a claim that fails on
-//! storage trouble is retried with backoff, never dropped.
+//! Deadlines (spec §8): one task (per replica) holds every armed deadline in a heap and, when
+//! gates fall due, answers them with their policy's template through the writer (the same claim
+//! as a person's, so the first commit wins, and a deadline fires once however many replicas try).
+//! Deadlines are armed only after the open commits and dropped after the resolution commits (both
+//! arrive as `DeadlineChange`s from the bus, which on PostgreSQL carries every replica's commits);
+//! a claim that fails on storage trouble is retried with backoff, never dropped.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::bus::DeadlineChange;
+use crate::bus::{Bus, DeadlineChange};
 use crate::domain::{GateId, Timestamp};
 use crate::store::{Expiry, Store, StoreError};
 
@@ -24,6 +25,8 @@ const BATCH: usize = 256;
 /// Retry delays after a failed claim: at random up to 1 s, 2 s, 4 s, … at most 30 s.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(30);
+/// How soon a gate that was busy elsewhere (or not yet due by the database's clock) is tried again.
+const BUSY: Duration = Duration::from_secs(1);
 /// The longest the timer sleeps without looking at the wall clock again.
 const WALL_CHECK: Duration = Duration::from_secs(30);
 
@@ -37,10 +40,14 @@ impl Armed {
     }
 }
 
-/// Resolves every overdue gate through the writer, then starts the timer task for the rest.
-/// Called before the listener serves its first request.
-pub async fn start(store: &Store, shutdown: CancellationToken) -> Result<Arc<Armed>, StoreError> {
-    let feed = store.bus().take_deadline_feed().expect("one timer task per store");
+/// Resolves every overdue gate through the writer, then returns the timer task for the rest (to
+/// run under supervision). Called before the listener serves its first request.
+pub async fn start(
+    store: &Store,
+    bus: &Bus,
+    shutdown: CancellationToken,
+) -> Result<(Arc<Armed>, impl Future<Output = ()> + Send + 'static), StoreError> {
+    let feed = bus.take_deadline_feed().expect("one timer task per bus");
     let mut timer = Timer {
         store: store.clone(),
         heap: BinaryHeap::new(),
@@ -57,8 +64,7 @@ pub async fn start(store: &Store, shutdown: CancellationToken) -> Result<Arc<Arm
         timer.fire(overdue).await;
     }
     let count = Arc::clone(&timer.count);
-    tokio::spawn(timer.run(feed, shutdown));
-    Ok(count)
+    Ok((count, timer.run(feed, shutdown)))
 }
 
 struct Timer {
@@ -144,6 +150,9 @@ impl Timer {
                                 self.disarm(*gate);
                             }
                             Expiry::Moot => self.disarm(*gate),
+                            // Not due by the database's clock yet, or another replica is
+                            // claiming it: look again in a second (the claim decides anyway).
+                            Expiry::Busy => self.arm(*gate, Timestamp::now().plus_nanos(BUSY.as_nanos() as i64)),
                             Expiry::Failed(cause) => self.retry(*gate, &cause),
                         }
                     }

@@ -23,8 +23,8 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::BenchError;
-use crate::bus::enduring_frame;
 use crate::config::CeilingArgs;
+use crate::http::enduring_frame;
 use crate::store::{Durability, OneTransactionPerAnswer};
 
 /// Answers per second with one `BEGIN IMMEDIATE … COMMIT` each, on a database in `dir` (the

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::BenchError;
 use super::load::{self, Http, Request, SseReader};
-use crate::bus::enduring_frame;
+use crate::http::enduring_frame;
 
 /// Gates per session: well below the server's default `--max-open-gates` of 1000.
 const GATES_PER_SESSION: usize = 500;

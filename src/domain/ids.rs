@@ -34,11 +34,21 @@ macro_rules! uuid_id {
         impl $name {
             /// Parses the hyphenated form (any case).
             pub fn parse(s: &str) -> Result<Self, IdError> {
-                let id = parse_hyphenated(s)?;
+                Self::from_uuid(parse_hyphenated(s)?)
+            }
+
+            /// The id a database column of UUID type holds (refused like `parse` when it may
+            /// not be nil).
+            pub fn from_uuid(id: Uuid) -> Result<Self, IdError> {
                 if !$nil_allowed && id.is_nil() {
                     return Err(IdError::Nil);
                 }
                 Ok(Self(id))
+            }
+
+            /// The UUID itself, for a database column of UUID type.
+            pub fn as_uuid(self) -> Uuid {
+                self.0
             }
         }
 

@@ -10,11 +10,10 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::extract::{Params, QueryParams};
-use super::sse::{self, BATCH, Sink};
+use super::sse::{self, BATCH, Sink, enduring_frame};
 use super::{AppState, Route, SessionPath};
 use crate::auth::Access;
 use crate::auth::Caller;
-use crate::bus::enduring_frame;
 use crate::domain::SessionId;
 use crate::error::ApiError;
 
@@ -65,7 +64,7 @@ fn start(
     session: Option<SessionId>,
     cursor: Option<i64>,
 ) -> Result<Response, ApiError> {
-    let mut head = state.store.bus().head();
+    let mut head = state.bus.head();
     let now = *head.borrow_and_update();
     let stream_state = state.clone();
     sse::open(&state, caller, move |sink| follow(stream_state, session, head, now, cursor, sink))
@@ -82,7 +81,7 @@ async fn follow(
     requested: Option<i64>,
     sink: Sink,
 ) {
-    let bus = state.store.bus();
+    let bus = &state.bus;
     let mut cursor = match requested {
         Some(n) if n > start => {
             // Ahead of the doorbell is not yet ahead of the journal: a listing reads commits the

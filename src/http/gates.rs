@@ -107,7 +107,7 @@ async fn wait_gate(
 ) -> Result<Response, ApiError> {
     let deadline = wait_deadline("timeout", timeout.unwrap_or(30))?;
     // Register interest before reading, so a resolution committed in between still wakes us.
-    let mut interest = state.store.bus().watch_gate(gate_id);
+    let mut interest = state.bus.watch_gate(gate_id);
     loop {
         let record = find_in_session(&state, session_id, gate_id).await?;
         if record.view.state != GateState::Open {

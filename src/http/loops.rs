@@ -74,7 +74,7 @@ async fn list_commands(
     }
     // Register interest before reading, so a command committed in between still wakes us. The
     // page read is taken for each read, not for the wait: a long-poll holds no page.
-    let mut interest = state.store.bus().watch_inbox(session_id, loop_id);
+    let mut interest = state.bus.watch_inbox(session_id, loop_id);
     let page = state.limits.page(limit);
     let (commands, read) = loop {
         let read = state.page_reads.take(&caller)?;
@@ -94,7 +94,7 @@ async fn list_commands(
 /// Streams unacked commands after the cursor, then new ones as they commit.
 async fn stream_commands(state: AppState, session: SessionId, loop_id: LoopId, mut cursor: i64, sink: Sink) {
     // Register before reading, so a command committed in between still wakes the stream.
-    let mut interest = state.store.bus().watch_inbox(session, loop_id);
+    let mut interest = state.bus.watch_inbox(session, loop_id);
     loop {
         let rows = match state.store.inbox(session, loop_id, cursor, state.limits.page(BATCH), false).await {
             Ok(rows) => rows,

@@ -34,10 +34,12 @@ async fn healthz() -> Response {
 
 /// Ready while the writer's last write succeeded.
 async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    if state.store.is_healthy() {
-        Ok(axum::Json(json!({"status": "ready"})).into_response())
+    if !state.store.is_healthy() {
+        Err(ApiError::StorageUnavailable("storage is unhealthy".into()))
+    } else if !state.tasks.iter().all(|tasks| tasks.healthy()) {
+        Err(ApiError::StorageUnavailable("a background task stopped (see the log)".into()))
     } else {
-        Err(ApiError::StorageUnavailable("the writer is unhealthy".into()))
+        Ok(axum::Json(json!({"status": "ready"})).into_response())
     }
 }
 

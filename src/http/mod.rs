@@ -17,6 +17,7 @@ mod stall;
 mod webhooks;
 
 pub use pages::PageReads;
+pub use sse::enduring_frame;
 pub use stall::StallGuardListener;
 
 use std::sync::Arc;
@@ -39,8 +40,10 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{Access, Auth};
+use crate::bus::Bus;
 use crate::error::ApiError;
 use crate::store::{PageLimit, Store};
+use crate::supervise::Supervisor;
 
 /// Limits that handlers enforce.
 #[derive(Debug, Clone)]
@@ -86,6 +89,11 @@ impl std::ops::Deref for AppState {
 /// The server's shared handles.
 pub struct Handles {
     pub store: Store,
+    /// Rung after commits: streams follow its head, long-polls wait on its keyed interests.
+    pub bus: Arc<Bus>,
+    /// The background tasks (those that use the store, and the store's own): readiness needs
+    /// them all running.
+    pub tasks: [Arc<Supervisor>; 2],
     pub limits: Limits,
     /// One permit per open stream (`--max-streams`).
     pub streams: Arc<Semaphore>,

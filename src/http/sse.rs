@@ -34,6 +34,18 @@ const RETRY_AFTER_STREAMS: u64 = 5;
 /// Rows read from the database per batch by a stream that is behind.
 pub const BATCH: usize = 256;
 
+/// `event: enduring`, `id:` the seq, and the event inside `{"v":1,"event":…}` on one line (the
+/// stored event is compact JSON, so it holds no raw line break).
+pub fn enduring_frame(seq: i64, event: &str) -> Bytes {
+    let head = format!("event: enduring\nid: {seq}\ndata: {{\"v\":1,\"event\":");
+    // Exactly sized: the ring holds thousands of these, and spare capacity would be held too.
+    let mut frame = Vec::with_capacity(head.len() + event.len() + 3);
+    frame.extend_from_slice(head.as_bytes());
+    frame.extend_from_slice(event.as_bytes());
+    frame.extend_from_slice(b"}\n\n");
+    Bytes::from(frame)
+}
+
 /// Where a stream resumes: the `Last-Event-ID` header, else `?after=N`; `None` when neither is
 /// given.
 pub fn cursor(headers: &HeaderMap, after: Option<u64>) -> Result<Option<i64>, ApiError> {
@@ -208,6 +220,15 @@ mod tests {
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn frames_are_one_line_json_with_an_id() {
+        let frame = enduring_frame(7, r#"{"type":"GateOpened","v":1}"#);
+        assert_eq!(
+            &frame[..],
+            b"event: enduring\nid: 7\ndata: {\"v\":1,\"event\":{\"type\":\"GateOpened\",\"v\":1}}\n\n"
+        );
     }
 
     #[test]

@@ -1,70 +1,42 @@
-//! Storage: one SQLite file in WAL mode. Writes go through the one writer thread (`writer`);
-//! reads use separate read-only connections on blocking threads (single-row lookups run in place,
-//! see `lookup`), and never hold a statement or a transaction across an `.await`. Handlers see
-//! only this module's async API, never rusqlite.
+//! Storage: the one seam between the server and its database. `Store` offers the same async
+//! operations whatever the backend: the embedded default, one SQLite file (`sqlite`), or
+//! PostgreSQL shared by several replicas (`postgres`). Inside it is an enum over the two; the
+//! private trait `Backend` makes the compiler check that both offer every operation. Handlers,
+//! the timer and webhooks see only this module's API and its vocabulary (`model`), never a driver.
+//!
+//! Every backend keeps the same promises: a claim is one conditional update in one transaction
+//! with its journal row and inbox command; the journal's seq is strictly increasing in commit
+//! order, so a reader never skips a row committed later with a lower seq; nothing reaches the bus
+//! (streams, waiters, the timer) before the commit that made it.
 
-mod baseline;
-mod files;
-mod gates;
-mod inbox;
-mod journal;
-mod row;
-mod schema;
-mod webhooks;
-mod writer;
+mod key_file;
+mod model;
+pub mod postgres;
+pub mod sqlite;
 
-use std::fs::{File, TryLockError};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
-
-pub use baseline::OneTransactionPerAnswer;
-pub use gates::{
-    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, Listing,
-    OpenOutcome, replay,
+pub use model::{
+    AnswerOutcome, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListCursor, ListOrder,
+    ListQuery, Listing, OpenOutcome, Pending, replay,
 };
-pub use schema::SCHEMA_VERSION;
-pub use webhooks::{Delivery, Endpoint, Pending};
-pub use writer::{BeforeCommit, Health, PendingCommit};
+pub use postgres::{PgBeforeCommit, PgSettings};
+pub use sqlite::{BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings};
 
-use crate::bus::{Bus, Effect};
+use crate::bus::{Bus, FrameFn};
 use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, ServerKey, SessionId,
     Timestamp,
 };
-use writer::{Job, Msg, Writer};
 
-/// How many write jobs may queue before senders wait.
-const QUEUE_DEPTH: usize = 1024;
-/// How many read connections may be open at once (reads beyond wait for one); idle ones are
-/// kept for reuse.
-const MAX_READERS: usize = 16;
-
-/// How hard a commit waits for the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// `synchronous=FULL`: a 202 survives power loss.
-    #[default]
-    Full,
-    /// `synchronous=NORMAL`: faster; the last commits may roll back after power loss or an OS
-    /// crash (never after a mere process crash).
-    Normal,
-}
-
-/// How to open the store.
-#[derive(Clone)]
-pub struct StoreConfig {
-    pub path: PathBuf,
-    pub durability: Durability,
-    /// The server key's file (`--secret-file`; default `<db>.key` beside the database).
-    pub key_file: Option<PathBuf>,
-    /// Test-only: called on the writer thread just before every COMMIT.
-    pub before_commit: Option<BeforeCommit>,
-    /// Test-only: a file naming a storage fault to inject (spec §7, `--fault-file`).
-    pub fault_file: Option<PathBuf>,
+/// Which database, and how to open it.
+#[derive(Clone, Debug)]
+pub enum StoreSettings {
+    Sqlite(SqliteSettings),
+    Postgres(PgSettings),
 }
 
 /// Why the store could not start.
@@ -79,36 +51,13 @@ pub enum OpenError {
 /// A failed storage operation.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// Busy, read-only, full or failing storage, or the writer has stopped: retryable (503).
+    /// Busy, read-only, full, unreachable or failing storage, or the writer has stopped:
+    /// retryable (503). After a failed COMMIT the outcome is unknown.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
     /// A broken invariant or damaged data: a bug (500).
     #[error("storage invariant broken: {0}")]
     Internal(String),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode::*;
-        match e.sqlite_error_code() {
-            Some(
-                DatabaseBusy
-                | DatabaseLocked
-                | ReadOnly
-                | DiskFull
-                | SystemIoFailure
-                | CannotOpen
-                | DatabaseCorrupt
-                | NotADatabase
-                | OutOfMemory
-                | OperationAborted
-                | FileLockingProtocolFailed,
-            ) => Self::Unavailable(e.to_string()),
-            // Constraint hits are guards against our own bugs: every expected conflict is decided
-            // by a query before the write.
-            _ => Self::Internal(e.to_string()),
-        }
-    }
 }
 
 /// How much one page of rows may hold: at most `rows` rows and about `bytes` bytes (by
@@ -124,7 +73,7 @@ impl PageLimit {
     /// be right, the query must offer one row more than `rows` when more exist (`rows + 1`).
     fn fill<T, E>(
         self,
-        rows: impl Iterator<Item = Result<T, E>>,
+        rows: impl IntoIterator<Item = Result<T, E>>,
         size: impl Fn(&T) -> usize,
     ) -> Result<(Vec<T>, bool), E> {
         let mut page = Vec::new();
@@ -147,185 +96,199 @@ impl PageLimit {
     }
 }
 
+/// Whether storage works, for `/readyz`: set unhealthy by a failed write (or a lost connection),
+/// healthy again by the next success.
+#[derive(Debug)]
+pub struct Health(AtomicBool);
+
+impl Default for Health {
+    /// Healthy until something fails.
+    fn default() -> Self {
+        Self(AtomicBool::new(true))
+    }
+}
+
+impl Health {
+    pub fn is_healthy(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, healthy: bool) {
+        if self.0.swap(healthy, Ordering::Relaxed) != healthy {
+            if healthy {
+                tracing::info!("storage healthy again");
+            } else {
+                tracing::error!("storage unhealthy; /readyz answers 503 until it works again");
+            }
+        }
+    }
+}
+
+/// A task an open store needs running until it shuts down (the PostgreSQL writer and journal
+/// follower). The caller spawns and supervises it: one that ends early is a failure.
+pub struct Background {
+    pub name: &'static str,
+    pub task: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+/// An open store, the bus its commits ring, and the tasks it needs running.
+pub struct Opened {
+    pub store: Store,
+    pub bus: Arc<Bus>,
+    pub background: Vec<Background>,
+}
+
+/// A gate about to be opened: its id and the digest of its answer-link token, made outside the
+/// backend, so no backend needs the server key.
+#[derive(Debug, Clone, Copy)]
+struct NewGate {
+    id: GateId,
+    link_digest: [u8; 32],
+}
+
+/// What every backend offers. Private: it exists so the compiler checks that both backends have
+/// every operation with the same signature; callers use `Store`.
+trait Backend {
+    async fn open_gate(
+        &self,
+        session: SessionId,
+        ask: AskUser,
+        new: NewGate,
+        max_open: usize,
+    ) -> Result<OpenOutcome, StoreError>;
+    async fn answer_gate(
+        &self,
+        session: SessionId,
+        gate: GateId,
+        answer: Answer,
+        key: Option<Idempotency>,
+        by: AnsweredBy,
+    ) -> Result<AnswerOutcome, StoreError>;
+    async fn close_gate(
+        &self,
+        session: SessionId,
+        gate: GateId,
+        reason: CloseReason,
+    ) -> Result<CloseOutcome, StoreError>;
+    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError>;
+    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError>;
+    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError>;
+    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError>;
+    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>, StoreError>;
+    async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError>;
+    async fn inbox(
+        &self,
+        session: SessionId,
+        loop_id: LoopId,
+        after: i64,
+        page: PageLimit,
+        include_acked: bool,
+    ) -> Result<Vec<InboxEntry>, StoreError>;
+    async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage, StoreError>;
+    async fn journal_range(
+        &self,
+        session: Option<SessionId>,
+        after: i64,
+        upto: i64,
+        page: PageLimit,
+    ) -> Result<(Vec<(i64, String)>, bool), StoreError>;
+    async fn journal_bounds(&self) -> Result<(i64, i64), StoreError>;
+    async fn webhook_register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>, StoreError>;
+    async fn webhook_lease(
+        &self,
+        url: String,
+        owner: String,
+        ttl: std::time::Duration,
+    ) -> Result<Option<(Lease, Endpoint)>, StoreError>;
+    async fn webhook_release(&self, url: String, lease: Lease) -> Result<(), StoreError>;
+    async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError>;
+    async fn webhook_delivered(&self, url: String, seq: i64, lease: Lease) -> Result<bool, StoreError>;
+    async fn webhook_retry_at(
+        &self,
+        url: String,
+        seq: i64,
+        attempts: u32,
+        next_at: Timestamp,
+        error: String,
+        lease: Lease,
+    ) -> Result<bool, StoreError>;
+    async fn webhook_dead_letter(
+        &self,
+        url: String,
+        seq: i64,
+        attempts: u32,
+        error: String,
+        lease: Lease,
+    ) -> Result<bool, StoreError>;
+    async fn webhook_disable(&self, url: String, why: String, lease: Lease) -> Result<bool, StoreError>;
+    async fn webhook_deliveries(
+        &self,
+        status: &'static str,
+        after: Option<(String, i64)>,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError>;
+    fn is_healthy(&self) -> bool;
+    async fn shutdown(&self);
+}
+
+#[derive(Clone)]
+enum Backends {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
 /// Cheap, clonable handle on the store.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    backend: Backends,
+    /// The server key: answer-link tokens and their digests are made here, above the backends.
+    key: Arc<ServerKey>,
 }
 
-struct Inner {
-    path: PathBuf,
-    jobs: mpsc::Sender<Msg>,
-    readers: Mutex<Vec<Connection>>,
-    reader_slots: Arc<tokio::sync::Semaphore>,
-    health: Arc<Health>,
-    bus: Arc<Bus>,
-    /// The server key answer-link tokens and login cookies are derived from (kept in its own
-    /// file, so links survive restarts and a copy of the database cannot make them).
-    key: Arc<ServerKey>,
-    lock: Mutex<Option<File>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+/// Calls one `Backend` method on whichever backend this store is.
+macro_rules! dispatch {
+    ($self:ident . $method:ident ( $($arg:expr),* $(,)? )) => {
+        match &$self.backend {
+            Backends::Sqlite(backend) => backend.$method($($arg),*).await,
+            Backends::Postgres(backend) => backend.$method($($arg),*).await,
+        }
+    };
 }
 
 impl Store {
-    /// Takes the exclusive lock, opens and migrates the database, and starts the writer thread.
-    /// Must be called from inside a tokio runtime.
-    pub fn open(config: StoreConfig) -> Result<Self, OpenError> {
-        let lock_file = files::sibling(&config.path, ".lock");
-        let lock = files::open_lock(&lock_file)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(OpenError::Locked(format!(
-                    "{} is in use by another gatehouse server (its lock {} is held); stop that server \
-                     or choose another --db",
-                    config.path.display(),
-                    lock_file.display()
-                )));
+    /// Opens the database `settings` name (migrating it, starting its writer) and returns it with
+    /// the bus its commits ring and the tasks it needs running. `frame` turns a committed journal
+    /// event into the bytes streams send (the bus keeps them, shared).
+    pub async fn open(settings: StoreSettings, frame: FrameFn) -> Result<Opened, OpenError> {
+        let (backend, bus, key, background) = match settings {
+            StoreSettings::Sqlite(settings) => {
+                let (store, bus, key) = sqlite::SqliteStore::open(settings, frame)?;
+                (Backends::Sqlite(store), bus, key, Vec::new())
             }
-            Err(TryLockError::Error(e)) => {
-                return Err(OpenError::Locked(format!("cannot lock {}: {e}", lock_file.display())));
+            StoreSettings::Postgres(settings) => {
+                let (store, bus, key, background) = postgres::PgStore::open(settings, frame).await?;
+                (Backends::Postgres(store), bus, key, background)
             }
-        }
-
-        let key_file = config.key_file.clone().unwrap_or_else(|| files::sibling(&config.path, ".key"));
-        let [wal, shm] = ["-wal", "-shm"].map(|suffix| files::sibling(&config.path, suffix));
-        files::warn_if_exposed(&[&config.path, &wal, &shm, &lock_file, &key_file]);
-        let (conn, key) = schema::open_writer(&config.path, config.durability, &key_file)?;
-        let head = journal::head(&conn)
-            .map_err(|e| OpenError::Database(format!("{}: cannot read the journal: {e}", config.path.display())))?;
-        let bus = Arc::new(Bus::new(head));
-        let health = Arc::new(Health::default());
-        let (jobs, rx) = mpsc::channel(QUEUE_DEPTH);
-        let writer = Writer {
-            conn,
-            rx,
-            bus: Arc::clone(&bus),
-            health: Arc::clone(&health),
-            before_commit: config.before_commit,
-            fault_file: config.fault_file,
-            runtime: tokio::runtime::Handle::current(),
         };
-        let thread = std::thread::Builder::new()
-            .name("gatehouse-writer".into())
-            .spawn(move || writer.run())
-            .map_err(|e| OpenError::Database(format!("cannot start the writer thread: {e}")))?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                path: config.path,
-                jobs,
-                readers: Mutex::new(Vec::new()),
-                reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
-                health,
-                bus,
-                key: Arc::new(key),
-                lock: Mutex::new(Some(lock)),
-                thread: Mutex::new(Some(thread)),
-            }),
-        })
-    }
-
-    /// The doorbell the writer rings after each commit.
-    pub fn bus(&self) -> &Arc<Bus> {
-        &self.inner.bus
+        Ok(Opened { store: Self { backend, key: Arc::new(key) }, bus, background })
     }
 
     /// The key answer-link tokens and login cookies are derived from.
     pub fn server_key(&self) -> &Arc<ServerKey> {
-        &self.inner.key
+        &self.key
     }
 
-    /// Whether the last write succeeded (for `/readyz`).
+    /// Whether storage works (for `/readyz`).
     pub fn is_healthy(&self) -> bool {
-        self.inner.health.is_healthy()
+        match &self.backend {
+            Backends::Sqlite(backend) => backend.is_healthy(),
+            Backends::Postgres(backend) => backend.is_healthy(),
+        }
     }
 
-    /// Drains the writer, checkpoints and closes the database, and releases the lock. Later
-    /// operations fail with `Unavailable`.
+    /// Drains the writer and closes the database. Later operations fail with `Unavailable`.
     pub async fn shutdown(&self) {
-        self.inner.readers.lock().expect("reader pool").clear();
-        let (ack, done) = oneshot::channel();
-        if self.inner.jobs.send(Msg::Shutdown(ack)).await.is_ok() {
-            let _ = done.await;
-        }
-        let thread = self.inner.thread.lock().expect("writer handle").take();
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
-        drop(self.inner.lock.lock().expect("lock file").take());
-    }
-
-    /// Runs `work` in the writer's next transaction and waits until that transaction is decided.
-    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection, &mut Vec<Effect>) -> Result<T, StoreError> + Send + 'static,
-    {
-        let (job, reply) = Job::new(work);
-        self.inner
-            .jobs
-            .send(Msg::Job(job))
-            .await
-            .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
-        // A job dropped without a reply panicked (the writer carried on without it).
-        reply.await.map_err(|_| StoreError::Internal("a write job failed without a reply".into()))?
-    }
-
-    /// Runs a single-row lookup by key right here on the calling task: it takes microseconds,
-    /// while handing it to a blocking thread costs two thread wake-ups, several times the lookup
-    /// itself (the gate lookup of every GET and every answer). It runs only on an idle warm
-    /// connection told not to wait for locks, so it can never put a runtime thread to sleep: with
-    /// no idle connection, or should SQLite have to wait, it runs as an ordinary `read`.
-    async fn lookup<T, F>(&self, work: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let idle = self.inner.readers.lock().expect("reader pool").pop();
-        if let Some(conn) = idle {
-            let result = conn.busy_timeout(std::time::Duration::ZERO).and_then(|()| {
-                let result = work(&conn);
-                conn.busy_timeout(schema::BUSY_TIMEOUT)?;
-                result
-            });
-            self.inner.readers.lock().expect("reader pool").push(conn);
-            match result {
-                Err(e) if matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy)) => {}
-                done => return done.map_err(StoreError::from),
-            }
-        }
-        self.read(work).await
-    }
-
-    /// Runs `work` on a read-only connection on a blocking thread.
-    async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let inner = Arc::clone(&self.inner);
-        // Bounded: a burst of reads queues here instead of opening connections without limit.
-        let slot = Arc::clone(&inner.reader_slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| StoreError::Unavailable("the store is closed".into()))?;
-        let joined = tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            let idle = inner.readers.lock().expect("reader pool").pop();
-            let conn = match idle {
-                Some(conn) => conn,
-                None => schema::open_reader(&inner.path)?,
-            };
-            let result = work(&conn);
-            inner.readers.lock().expect("reader pool").push(conn);
-            result
-        })
-        .await;
-        match joined {
-            Ok(result) => result.map_err(StoreError::from),
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(StoreError::Unavailable(e.to_string())),
-        }
+        dispatch!(self.shutdown())
     }
 
     /// Opens a gate or finds the one this tool execution already opened; a session holds at most
@@ -336,18 +299,9 @@ impl Store {
         ask: AskUser,
         max_open: usize,
     ) -> Result<OpenOutcome, StoreError> {
-        let key = Arc::clone(&self.inner.key);
-        self.write(move |conn, effects| gates::open(conn, session, &ask, max_open, &key, effects)).await
-    }
-
-    /// Answers each still-open gate with its policy's default answer (the timer's claim).
-    pub async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
-        self.write(move |conn, effects| gates::expire(conn, &gates, effects)).await
-    }
-
-    /// Open gates whose policy answers at a deadline, soonest first.
-    pub async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
-        self.read(gates::deadlines).await
+        let id = GateId::mint();
+        let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
+        dispatch!(self.open_gate(session, ask, new, max_open))
     }
 
     /// Claims, journals and enqueues an answer that was already checked against its gate.
@@ -359,7 +313,7 @@ impl Store {
         key: Option<Idempotency>,
         by: AnsweredBy,
     ) -> Result<AnswerOutcome, StoreError> {
-        self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), &by, effects)).await
+        dispatch!(self.answer_gate(session, gate, answer, key, by))
     }
 
     /// Withdraws an open gate.
@@ -369,7 +323,17 @@ impl Store {
         gate: GateId,
         reason: CloseReason,
     ) -> Result<CloseOutcome, StoreError> {
-        self.write(move |conn, effects| gates::close(conn, session, gate, reason, effects)).await
+        dispatch!(self.close_gate(session, gate, reason))
+    }
+
+    /// Answers each still-open, due gate with its policy's default answer (the timer's claim).
+    pub async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
+        dispatch!(self.expire_gates(gates))
+    }
+
+    /// Open gates whose policy answers at a deadline, soonest first.
+    pub async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
+        dispatch!(self.deadlines())
     }
 
     /// Acknowledges a command; `false` when it is not in that loop's inbox.
@@ -379,23 +343,23 @@ impl Store {
         loop_id: LoopId,
         command: CommandId,
     ) -> Result<bool, StoreError> {
-        self.write(move |conn, _| Ok(inbox::ack(conn, session, loop_id, command, Timestamp::now())?)).await
+        dispatch!(self.ack_command(session, loop_id, command))
     }
 
     /// The gate an answer-link token belongs to.
     pub async fn gate_by_link(&self, token: String) -> Result<Option<GateRecord>, StoreError> {
-        let digest = self.inner.key.link_digest(&token);
-        self.lookup(move |conn| gates::find_by_link(conn, &digest)).await
+        let digest = self.key.link_digest(&token);
+        dispatch!(self.gate_by_link(digest))
     }
 
     /// One gate by id, in whatever session.
     pub async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
-        self.lookup(move |conn| gates::find(conn, gate)).await
+        dispatch!(self.gate(gate))
     }
 
     /// A page of gates with the journal head of the same snapshot.
     pub async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError> {
-        self.read(move |conn| gates::list(conn, &query)).await
+        dispatch!(self.list_gates(query))
     }
 
     /// A page of one loop's inbox.
@@ -407,7 +371,17 @@ impl Store {
         page: PageLimit,
         include_acked: bool,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        self.read(move |conn| inbox::list(conn, session, loop_id, after, page, include_acked)).await
+        dispatch!(self.inbox(session, loop_id, after, page, include_acked))
+    }
+
+    /// A page of the journal, optionally of one session.
+    pub async fn journal(
+        &self,
+        session: Option<SessionId>,
+        from: i64,
+        page: PageLimit,
+    ) -> Result<JournalPage, StoreError> {
+        dispatch!(self.journal(session, from, page))
     }
 
     /// Journal events with `after < seq <= upto`, for a stream behind the frame ring or a webhook
@@ -419,7 +393,12 @@ impl Store {
         upto: i64,
         page: PageLimit,
     ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
-        self.read(move |conn| journal::range(conn, session, after, upto, page)).await
+        dispatch!(self.journal_range(session, after, upto, page))
+    }
+
+    /// The oldest retained and the newest committed journal seq.
+    pub async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
+        dispatch!(self.journal_bounds())
     }
 
     /// Registers the configured webhook endpoints (new ones start at the journal head) and
@@ -429,21 +408,35 @@ impl Store {
         urls: Vec<String>,
         reenable: Vec<String>,
     ) -> Result<Vec<Endpoint>, StoreError> {
-        self.write(move |conn, _| Ok(webhooks::register(conn, &urls, &reenable, journal::head(conn)?)?)).await
+        dispatch!(self.webhook_register(urls, reenable))
     }
 
-    pub async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
-        self.read(move |conn| webhooks::endpoint(conn, &url)).await
+    /// Takes, or renews, the delivery lease of an endpoint for `ttl`: `None` while another
+    /// replica holds it (or the endpoint is unknown). With the lease, the endpoint as it stands.
+    pub async fn webhook_lease(
+        &self,
+        url: String,
+        owner: String,
+        ttl: std::time::Duration,
+    ) -> Result<Option<(Lease, Endpoint)>, StoreError> {
+        dispatch!(self.webhook_lease(url, owner, ttl))
+    }
+
+    /// Gives a lease up (at shutdown), so another replica need not wait for it to run out.
+    pub async fn webhook_release(&self, url: String, lease: Lease) -> Result<(), StoreError> {
+        dispatch!(self.webhook_release(url, lease))
     }
 
     pub async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {
-        self.read(move |conn| webhooks::pending(conn, &url, seq)).await
+        dispatch!(self.webhook_pending(url, seq))
     }
 
-    pub async fn webhook_delivered(&self, url: String, seq: i64) -> Result<(), StoreError> {
-        self.write(move |conn, _| Ok(webhooks::delivered(conn, &url, seq)?)).await
+    /// Delivered: the cursor moves past `seq`. `false` when the lease was lost (nothing changed).
+    pub async fn webhook_delivered(&self, url: String, seq: i64, lease: Lease) -> Result<bool, StoreError> {
+        dispatch!(self.webhook_delivered(url, seq, lease))
     }
 
+    /// Failed, to be tried again at `next_at`. `false` when the lease was lost.
     pub async fn webhook_retry_at(
         &self,
         url: String,
@@ -451,22 +444,26 @@ impl Store {
         attempts: u32,
         next_at: Timestamp,
         error: String,
-    ) -> Result<(), StoreError> {
-        self.write(move |conn, _| Ok(webhooks::retry_at(conn, &url, seq, attempts, next_at, &error)?)).await
+        lease: Lease,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self.webhook_retry_at(url, seq, attempts, next_at, error, lease))
     }
 
+    /// Out of attempts: a dead letter, and the cursor moves on. `false` when the lease was lost.
     pub async fn webhook_dead_letter(
         &self,
         url: String,
         seq: i64,
         attempts: u32,
         error: String,
-    ) -> Result<(), StoreError> {
-        self.write(move |conn, _| Ok(webhooks::dead_letter(conn, &url, seq, attempts, &error)?)).await
+        lease: Lease,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self.webhook_dead_letter(url, seq, attempts, error, lease))
     }
 
-    pub async fn webhook_disable(&self, url: String, why: String) -> Result<(), StoreError> {
-        self.write(move |conn, _| Ok(webhooks::disable(conn, &url, &why)?)).await
+    /// The endpoint answered 410: disabled until re-enabled. `false` when the lease was lost.
+    pub async fn webhook_disable(&self, url: String, why: String, lease: Lease) -> Result<bool, StoreError> {
+        dispatch!(self.webhook_disable(url, why, lease))
     }
 
     /// Webhook deliveries in one status (`pending` or `failed`), a page after a cursor.
@@ -476,21 +473,27 @@ impl Store {
         after: Option<(String, i64)>,
         limit: usize,
     ) -> Result<Vec<Delivery>, StoreError> {
-        self.read(move |conn| webhooks::list(conn, status, after, limit)).await
+        dispatch!(self.webhook_deliveries(status, after, limit))
+    }
+}
+
+/// Where the database is, as the command line names it (never logged: a URL may hold a password).
+#[derive(Clone)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn new(url: String) -> Self {
+        Self(url)
     }
 
-    /// The oldest retained and the newest committed journal seq.
-    pub async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
-        self.lookup(|conn| Ok((journal::earliest(conn)?, journal::head(conn)?))).await
+    /// The URL itself, for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.0
     }
+}
 
-    /// A page of the journal, optionally of one session.
-    pub async fn journal(
-        &self,
-        session: Option<SessionId>,
-        from: i64,
-        page: PageLimit,
-    ) -> Result<JournalPage, StoreError> {
-        self.read(move |conn| journal::page(conn, session, from, page)).await
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DatabaseUrl(<redacted>)")
     }
 }

@@ -2,6 +2,12 @@
 //! each event, signed per Standard Webhooks. An endpoint's cursor moves only past an event that
 //! was delivered or given up on (dead letter), so a crash never loses a delivery; failures are
 //! retried on a schedule with jitter; a 410 disables the endpoint until an operator re-enables it.
+//!
+//! Every replica runs a task per endpoint, but only the holder of the endpoint's lease delivers:
+//! it renews the lease while it works, and every write of the delivery state names the lease, so
+//! a replica that paused past its lease cannot move the cursor once another took over. Takeover
+//! re-sends at most the event in flight (same `webhook-id`; receivers de-duplicate by it). On
+//! SQLite the one process always holds the lease.
 
 use std::time::Duration;
 
@@ -11,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::sign::{self, Secret};
 use crate::backoff::{Backoff, random_up_to};
+use crate::bus::Bus;
 use crate::domain::{GateId, GateOpened, ServerKey, Timestamp};
 use crate::error::innermost_cause;
-use crate::store::{PageLimit, Store};
+use crate::store::{Lease, PageLimit, Store, StoreError};
 
 /// The default retry schedule: about 5 s, 5 min, 30 min, 2 h, 6 h, 12 h and a day.
 pub const DEFAULT_SCHEDULE: &[Duration] = &[
@@ -30,6 +37,11 @@ pub const DEFAULT_SCHEDULE: &[Duration] = &[
 #[derive(Clone)]
 pub struct Delivery {
     pub store: Store,
+    pub bus: std::sync::Arc<Bus>,
+    /// Who this replica is, as the owner of endpoint leases.
+    pub replica: String,
+    /// How long a lease lasts without renewal (the holder renews it four times as often).
+    pub lease: Duration,
     pub http: reqwest::Client,
     pub secret: std::sync::Arc<Secret>,
     /// Waits after the 1st, 2nd, … failed attempt; after the last, the event is a dead letter.
@@ -62,18 +74,24 @@ enum Outcome {
 }
 
 impl Delivery {
-    /// Follows one endpoint until shutdown (or until it is disabled).
+    /// Follows one endpoint until shutdown, while it holds its lease (and idles once the endpoint
+    /// is disabled).
     pub async fn run(self, url: String) {
-        let mut head = self.store.bus().head();
+        let mut head = self.bus.head();
         // Storage trouble: wait at random up to 1 s, 2 s, 4 s, … at most 30 s before looking again.
         let mut trouble = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        let mut held: Option<(Lease, tokio::time::Instant)> = None;
         loop {
             if self.shutdown.is_cancelled() {
-                return;
+                break;
             }
-            match self.step(&url, &mut head).await {
+            match self.step(&url, &mut head, &mut held).await {
                 Ok(true) => trouble.reset(),
-                Ok(false) => return,
+                Ok(false) => {
+                    // Disabled (a 410): nothing more until an operator re-enables it at a start.
+                    self.shutdown.cancelled().await;
+                    break;
+                }
                 Err(e) => {
                     let delay = trouble.next_delay();
                     tracing::warn!(%url, error = %e, ?delay, "webhook delivery could not read or record its state; retrying");
@@ -81,6 +99,36 @@ impl Delivery {
                 }
             }
         }
+        if let Some((lease, _)) = held
+            && let Err(e) = self.store.webhook_release(url.clone(), lease).await
+        {
+            tracing::debug!(%url, error = %e, "could not give the webhook lease up; it runs out by itself");
+        }
+    }
+
+    /// The endpoint's lease, renewed when a quarter of it has passed; `None` while another
+    /// replica holds it.
+    async fn lease(
+        &self,
+        url: &str,
+        held: &mut Option<(Lease, tokio::time::Instant)>,
+    ) -> Result<Option<(Lease, crate::store::Endpoint)>, StoreError> {
+        let fresh = held.as_ref().is_some_and(|(_, at)| at.elapsed() < self.lease / 4);
+        let taken = self.store.webhook_lease(url.to_owned(), self.replica.clone(), self.lease).await?;
+        match &taken {
+            Some((lease, _)) => {
+                if !fresh && held.as_ref().is_none_or(|(old, _)| old != lease) {
+                    tracing::info!(%url, epoch = lease.epoch, "this replica delivers to the webhook endpoint");
+                }
+                *held = Some((lease.clone(), tokio::time::Instant::now()));
+            }
+            None => {
+                if held.take().is_some() {
+                    tracing::info!(%url, "another replica took the webhook endpoint over");
+                }
+            }
+        }
+        Ok(taken)
     }
 
     /// Delivers (or waits for) the next event. `false` when the endpoint is disabled.
@@ -88,8 +136,13 @@ impl Delivery {
         &self,
         url: &str,
         head: &mut tokio::sync::watch::Receiver<i64>,
-    ) -> Result<bool, crate::store::StoreError> {
-        let Some(endpoint) = self.store.webhook_endpoint(url.to_owned()).await? else { return Ok(false) };
+        held: &mut Option<(Lease, tokio::time::Instant)>,
+    ) -> Result<bool, StoreError> {
+        let Some((lease, endpoint)) = self.lease(url, held).await? else {
+            // Another replica delivers; look again before its lease could run out.
+            self.pause(self.lease / 4).await;
+            return Ok(true);
+        };
         if endpoint.disabled {
             tracing::warn!(%url, "webhook endpoint disabled (it answered 410); --webhook-reenable to resume");
             return Ok(false);
@@ -98,8 +151,10 @@ impl Delivery {
         let one = PageLimit { rows: 1, bytes: usize::MAX };
         let (next, _) = self.store.journal_range(None, endpoint.cursor, i64::MAX, one).await?;
         let Some((seq, event)) = next.into_iter().next() else {
+            // Caught up: wait for the next commit, or renew the lease meanwhile.
             tokio::select! {
                 _ = head.changed() => {}
+                () = tokio::time::sleep(self.lease / 4) => {}
                 () = self.shutdown.cancelled() => {}
             }
             return Ok(true);
@@ -118,12 +173,15 @@ impl Delivery {
             // Shutting down mid-request: record nothing; the next start sends it again.
             () = self.shutdown.cancelled() => return Ok(false),
         };
-        match outcome {
-            Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq).await?,
+        let recorded = match outcome {
+            Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq, lease).await?,
             Outcome::Gone => {
-                self.store.webhook_disable(url.to_owned(), format!("410 Gone at journal seq {seq}")).await?;
-                tracing::warn!(%url, "webhook endpoint answered 410 Gone; disabled");
-                return Ok(false);
+                let why = format!("410 Gone at journal seq {seq}");
+                if self.store.webhook_disable(url.to_owned(), why, lease).await? {
+                    tracing::warn!(%url, "webhook endpoint answered 410 Gone; disabled");
+                    return Ok(false);
+                }
+                false
             }
             Outcome::Failed(error) => {
                 let attempts = attempts + 1;
@@ -131,14 +189,21 @@ impl Delivery {
                     Some(wait) => {
                         let next_at = Timestamp::now().plus_nanos(jitter(*wait).as_nanos() as i64);
                         tracing::info!(%url, journal_seq = seq, attempts, %error, "webhook delivery failed; will retry");
-                        self.store.webhook_retry_at(url.to_owned(), seq, attempts, next_at, error).await?;
+                        self.store.webhook_retry_at(url.to_owned(), seq, attempts, next_at, error, lease).await?
                     }
                     None => {
                         tracing::warn!(%url, journal_seq = seq, attempts, %error, "webhook delivery failed for good");
-                        self.store.webhook_dead_letter(url.to_owned(), seq, attempts, error).await?;
+                        self.store.webhook_dead_letter(url.to_owned(), seq, attempts, error, lease).await?
                     }
                 }
             }
+        };
+        if !recorded {
+            // The lease passed to another replica while this one worked: it delivers from its
+            // own view of the cursor now (re-sending this event at most), and this one records
+            // nothing more.
+            tracing::warn!(%url, journal_seq = seq, "lost the webhook lease mid-delivery; another replica goes on");
+            *held = None;
         }
         Ok(true)
     }

@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::Bus;
 use crate::config::ServeArgs;
 use crate::store::{Store, StoreError};
+use crate::supervise::Supervisor;
 use sign::Secret;
 use ssrf::{Cidr, Guard};
 
@@ -24,12 +26,14 @@ pub enum WebhookError {
     Store(#[from] StoreError),
 }
 
-/// Reads the secret, checks the endpoints and starts one delivery task per enabled endpoint.
-/// Returns the secret, which also verifies signed answers.
+/// Reads the secret, checks the endpoints and starts one delivery task per enabled endpoint
+/// under `supervisor`. Returns the secret, which also verifies signed answers.
 pub async fn start(
     args: &ServeArgs,
     address: SocketAddr,
     store: &Store,
+    bus: &Arc<Bus>,
+    supervisor: &Supervisor,
     shutdown: CancellationToken,
 ) -> Result<Option<Arc<Secret>>, WebhookError> {
     let secret = match &args.webhook_secret_file {
@@ -73,6 +77,11 @@ pub async fn start(
     let endpoints = store.webhook_register(urls, args.webhook_reenable.clone()).await?;
     let delivery = deliver::Delivery {
         store: store.clone(),
+        bus: Arc::clone(bus),
+        // Unique per process: a restarted replica is a new owner, and takes its leases over
+        // once they run out.
+        replica: format!("gatehouse-{}", uuid::Uuid::new_v4().simple()),
+        lease: args.webhook_lease,
         http,
         secret: Arc::clone(&secret),
         schedule: if args.webhook_retry_schedule.is_empty() {
@@ -88,7 +97,7 @@ pub async fn start(
         if endpoint.disabled {
             tracing::warn!(url = %endpoint.url, "webhook endpoint is disabled (it answered 410); --webhook-reenable to resume");
         } else {
-            tokio::spawn(delivery.clone().run(endpoint.url));
+            supervisor.spawn("webhook delivery", delivery.clone().run(endpoint.url));
         }
     }
     Ok(Some(secret))

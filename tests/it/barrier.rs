@@ -1,6 +1,6 @@
 //! The commit barrier (spec §13): with the writer paused just before COMMIT, nothing the answer
 //! produces is observable (no 202, no wake-up, no inbox row, no SSE frame); after release,
-//! everything is, at the seq the 202 names.
+//! everything is, at the seq the 202 names. On either backend (each has its own hook).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -17,6 +17,17 @@ struct Barrier {
     release: Mutex<mpsc::Receiver<()>>,
 }
 
+impl Barrier {
+    /// Called by the writer (SQLite's thread, or a blocking task for PostgreSQL's).
+    fn pause(&self) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.reached.lock().unwrap().send(()).unwrap();
+            // Bounded, so a broken test cannot wedge the writer forever.
+            let _ = self.release.lock().unwrap().recv_timeout(NET_TIMEOUT);
+        }
+    }
+}
+
 #[tokio::test]
 async fn nothing_is_observable_before_commit() {
     let (reached_tx, reached_rx) = mpsc::channel();
@@ -26,17 +37,17 @@ async fn nothing_is_observable_before_commit() {
         reached: Mutex::new(reached_tx),
         release: Mutex::new(release_rx),
     });
-    let hook = Arc::clone(&barrier);
-    let app = TestApp::spawn_with(move |args| {
-        args.hooks.before_commit = Some(Arc::new(move |_: &PendingCommit<'_>| {
-            if hook.armed.swap(false, Ordering::SeqCst) {
-                hook.reached.lock().unwrap().send(()).unwrap();
-                // Bounded, so a broken test cannot wedge the writer forever.
-                let _ = hook.release.lock().unwrap().recv_timeout(NET_TIMEOUT);
-            }
-        }));
-    })
-    .await;
+    let (sqlite, postgres) = (Arc::clone(&barrier), Arc::clone(&barrier));
+    let hooks = gatehouse::Hooks {
+        before_commit: Some(Arc::new(move |_: &PendingCommit<'_>| sqlite.pause())),
+        pg_before_commit: Some(Arc::new(move |_jobs| {
+            let barrier = Arc::clone(&postgres);
+            Box::pin(async move {
+                let _ = tokio::task::spawn_blocking(move || barrier.pause()).await;
+            })
+        })),
+    };
+    let app = TestApp::spawn_hooked(hooks, |_| {}).await;
     let (session, loop_id) = (uuid(), uuid());
     let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Barrier?")).await);
     let head_before = app.journal().await.len();

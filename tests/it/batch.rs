@@ -11,6 +11,7 @@ use gatehouse::store::{BeforeCommit, PendingCommit};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use crate::database::sqlite_only;
 use crate::helpers::{Client, NET_TIMEOUT, Resp, TestApp, answer, ask, bounded, eventually, gate_id, temp_db, uuid};
 
 /// Holds one transaction before its COMMIT until released, and records every batch size.
@@ -99,7 +100,11 @@ fn resolutions(journal: &[Value]) -> usize {
 #[tokio::test]
 async fn a_job_refused_inside_a_batch_leaves_its_neighbours_committed() {
     let hold = Arc::new(Hold::default());
-    let app = TestApp::spawn_with(|args| args.hooks.before_commit = Some(hold.hook())).await;
+    if sqlite_only("the writer's batches and their savepoints") {
+        return;
+    }
+    let hooks = gatehouse::Hooks { before_commit: Some(hold.hook()), ..Default::default() };
+    let app = TestApp::spawn_hooked(hooks, |_| {}).await;
     let (session, loop_id) = (uuid(), uuid());
     let tools = [uuid(), uuid(), uuid()];
     let mut gates = Vec::new();
@@ -138,14 +143,14 @@ async fn a_job_refused_inside_a_batch_leaves_its_neighbours_committed() {
 
 #[tokio::test]
 async fn a_storage_error_inside_a_batch_fails_every_job_with_503_and_commits_none() {
+    if sqlite_only("the fault file") {
+        return;
+    }
     let hold = Arc::new(Hold::default());
     let (dir, db) = temp_db();
     let fault = dir.path().join("fault");
-    let app = TestApp::start(&db, |args| {
-        args.fault_file = Some(fault.clone());
-        args.hooks.before_commit = Some(hold.hook());
-    })
-    .await;
+    let hooks = gatehouse::Hooks { before_commit: Some(hold.hook()), ..Default::default() };
+    let app = TestApp::start_hooked(&db, hooks, |args| args.fault_file = Some(fault.clone())).await;
     let (session, loop_id) = (uuid(), uuid());
     let gates = [
         gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Small one?")).await),

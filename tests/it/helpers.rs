@@ -9,11 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use std::sync::{Arc, OnceLock};
-
 use gatehouse::ServeArgs;
 use gatehouse::bus::Bus;
-use gatehouse::timer::Armed;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -21,6 +18,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::contract;
+use crate::database;
 
 /// How long any single network operation of a test may take.
 pub const NET_TIMEOUT: Duration = Duration::from_secs(20);
@@ -268,12 +266,9 @@ pub fn gate_id(view: &Value) -> String {
 /// The real server running inside the test process.
 pub struct TestApp {
     pub client: Client,
-    /// The server's bus, to see who is waiting.
-    bus: Arc<OnceLock<Arc<Bus>>>,
-    /// The server's armed-deadline counter.
-    armed: Arc<OnceLock<Arc<Armed>>>,
+    /// The server's bus, to see who is waiting, and its armed-deadline counter.
+    running: Option<gatehouse::Running>,
     shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<Result<(), gatehouse::ServeError>>>,
     _dir: Option<TempDir>,
 }
 
@@ -291,35 +286,44 @@ impl TestApp {
 
     /// Starts a server with adjusted flags on a fresh temporary database.
     pub async fn spawn_with(adjust: impl FnOnce(&mut ServeArgs)) -> Self {
+        Self::spawn_hooked(gatehouse::Hooks::default(), adjust).await
+    }
+
+    /// Starts a server with test hooks and adjusted flags on a fresh temporary database.
+    pub async fn spawn_hooked(hooks: gatehouse::Hooks, adjust: impl FnOnce(&mut ServeArgs)) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("gatehouse.db");
-        let mut app = Self::start(&db, adjust).await;
+        let mut app = Self::start_hooked(&db, hooks, adjust).await;
         app._dir = Some(dir);
         app
     }
 
     /// Starts a server on an existing database path (for restarts).
     pub async fn start(db: &Path, adjust: impl FnOnce(&mut ServeArgs)) -> Self {
+        Self::start_hooked(db, gatehouse::Hooks::default(), adjust).await
+    }
+
+    /// Starts a server with test hooks on an existing database path.
+    pub async fn start_hooked(db: &Path, hooks: gatehouse::Hooks, adjust: impl FnOnce(&mut ServeArgs)) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
         let addr = listener.local_addr().expect("address");
         let mut args = ServeArgs::new(db, addr);
-        let bus = Arc::new(OnceLock::new());
-        args.hooks.bus = Some(Arc::clone(&bus));
-        let armed = Arc::new(OnceLock::new());
-        args.hooks.armed = Some(Arc::clone(&armed));
+        database::configure(&mut args, db).await;
         adjust(&mut args);
         let (tx, rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(gatehouse::serve(args, listener, async {
-            let _ = rx.await;
-        }));
-        Self {
-            client: Client::new(format!("http://{addr}")),
-            bus,
-            armed,
-            shutdown: Some(tx),
-            server: Some(server),
-            _dir: None,
-        }
+        let running = bounded(
+            "the server starts",
+            gatehouse::start(args, hooks, listener, async {
+                let _ = rx.await;
+            }),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the server did not start: {e}"));
+        Self { client: Client::new(format!("http://{addr}")), running: Some(running), shutdown: Some(tx), _dir: None }
+    }
+
+    fn running(&self) -> &gatehouse::Running {
+        self.running.as_ref().expect("running until stopped")
     }
 
     /// Waits (bounded) until `count` requests are parked on the gate, so a test knows its
@@ -338,15 +342,12 @@ impl TestApp {
 
     /// How many deadlines the server's timer has armed.
     pub fn armed_deadlines(&self) -> usize {
-        self.armed.get().map_or(0, |armed| armed.get())
+        self.running().armed.get()
     }
 
     async fn until_parked(&self, parked: impl Fn(&Bus) -> bool) {
         bounded("a request parks", async {
-            loop {
-                if self.bus.get().is_some_and(|bus| parked(bus)) {
-                    return;
-                }
+            while !parked(&self.running().bus) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
@@ -358,8 +359,8 @@ impl TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(server) = self.server.take() {
-            bounded("server shutdown", server).await.expect("server task").expect("server ran cleanly");
+        if let Some(running) = self.running.take() {
+            bounded("server shutdown", running.wait()).await.expect("server ran cleanly");
         }
         self._dir.take()
     }
@@ -422,8 +423,8 @@ impl ServerProcess {
     /// Starts `gatehouse serve` on `bind` with more flags and environment variables.
     pub fn start_with_env(db: &Path, bind: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = binary()
-            .args(["serve", "--bind", bind, "--db"])
-            .arg(db)
+            .args(["serve", "--bind", bind])
+            .args(database::flags(db))
             .args(extra)
             .envs(env.iter().copied())
             .spawn()
@@ -464,8 +465,9 @@ impl ServerProcess {
     /// Runs `gatehouse serve --bind BIND --db DB EXTRA…` to completion (bounded), for servers that
     /// must refuse to start; returns the exit code and stderr.
     pub fn serve_to_exit(db: &Path, bind: &str, extra: &[&str]) -> (Option<i32>, String) {
-        let mut args: Vec<&std::ffi::OsStr> = vec!["serve".as_ref(), "--bind".as_ref(), bind.as_ref(), "--db".as_ref()];
-        args.push(db.as_os_str());
+        let flags = database::flags(db);
+        let mut args: Vec<&std::ffi::OsStr> = vec!["serve".as_ref(), "--bind".as_ref(), bind.as_ref()];
+        args.extend(flags.iter().map(std::ffi::OsStr::new));
         args.extend(extra.iter().map(std::ffi::OsStr::new));
         Self::run_to_exit(&args)
     }

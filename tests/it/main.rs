@@ -8,6 +8,7 @@ mod batch;
 mod cli;
 mod conformance;
 mod contract;
+mod database;
 mod durability;
 mod faults;
 mod gates;

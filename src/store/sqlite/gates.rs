@@ -3,17 +3,21 @@
 
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
-use serde_json::value::RawValue;
 
 use super::row::{id, raw_json, raw_json_opt};
-use super::{PageLimit, StoreError, inbox, journal};
+use super::{inbox, journal};
 use crate::bus::Effect;
 use crate::domain::events::to_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
-    LoopId, ProvideUserInput, ServerKey, SessionId, Timestamp, UserInputRequested,
+    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
+use crate::store::model::{
+    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing, OpenOutcome,
+    parse_gate, unclaimed,
+};
+use crate::store::{NewGate, StoreError};
 
 /// The columns `record` reads. A macro, so the single-row lookups are constant strings (`concat!`)
 /// rather than formatted on every call.
@@ -23,21 +27,6 @@ macro_rules! select_record {
         g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id
     FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
     };
-}
-
-/// A gate as stored: its view plus what only the server sees.
-#[derive(Debug, Clone)]
-pub struct GateRecord {
-    pub view: GateView,
-    /// The winning answer's `Idempotency-Key` and fingerprint, if it sent a key.
-    pub idempotency: Option<(String, String)>,
-}
-
-impl GateRecord {
-    /// The envelope, parsed (it was written by this program).
-    pub fn gate(&self) -> Result<Gate, StoreError> {
-        parse_gate(self.view.gate.get())
-    }
 }
 
 fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
@@ -79,19 +68,6 @@ pub fn find(conn: &Connection, gate: GateId) -> rusqlite::Result<Option<GateReco
         .optional()
 }
 
-/// The result of an open.
-#[derive(Debug)]
-pub enum OpenOutcome {
-    /// A new gate (201).
-    Created(GateView),
-    /// The same question asked again: the existing gate, whatever its state (200).
-    Existing(GateView),
-    /// The same tool execution asked something different (409 `gate_conflict`).
-    Conflict(GateView),
-    /// The session already holds its maximum of open gates (503 `gate_capacity`).
-    Capacity,
-}
-
 /// Opens a gate, or finds the one this tool execution already opened. Lookup and insert run in
 /// one writer job, so concurrent identical re-asks cannot both insert. The re-ask check comes
 /// before the cap, so a re-ask at the cap still finds its gate.
@@ -99,8 +75,8 @@ pub fn open(
     conn: &Connection,
     session: SessionId,
     ask: &AskUser,
+    new: NewGate,
     max_open: usize,
-    key: &ServerKey,
     effects: &mut Vec<Effect>,
 ) -> Result<OpenOutcome, StoreError> {
     let content = ask.content.canonical();
@@ -124,7 +100,7 @@ pub fn open(
         return Ok(OpenOutcome::Capacity);
     }
 
-    let gate = ask.gate(GateId::mint());
+    let gate = ask.gate(new.id);
     let now = Timestamp::now();
     let at = Coordinates::of(session, &gate, ask.loop_id);
     let opened = to_json(&GateOpened::new(at, now, &gate));
@@ -149,7 +125,7 @@ pub fn open(
         now.as_nanos(),
         deadline.map(Timestamp::as_nanos),
         respond_at.map(Timestamp::as_nanos),
-        key.link_digest(&key.link_token(gate.id)).as_slice(),
+        new.link_digest.as_slice(),
     ])?;
     if let Some(at) = respond_at {
         effects.push(Effect::Deadline(gate.id, at));
@@ -163,56 +139,13 @@ fn view(conn: &Connection, gate: GateId) -> Result<GateView, StoreError> {
         .ok_or_else(|| StoreError::Internal(format!("gate {gate} vanished inside its transaction")))
 }
 
-/// The result of an answer.
-#[derive(Debug)]
-pub enum AnswerOutcome {
-    /// Claimed, journaled and enqueued (202), or the replay of that with the same key and answer.
-    Accepted { journal_seq: i64 },
-    /// No such gate in this session (404).
-    NotFound,
-    /// Someone else's answer or a close won (409 `gate_not_ready`).
-    NotReady { resolution: Box<RawValue> },
-    /// The winner's key, with a different answer (409 `idempotency_conflict`).
-    IdempotencyConflict,
-}
-
-/// An `Idempotency-Key` and the fingerprint of the answer it came with (`None` when the answer
-/// does not fit the gate, so it can match no stored fingerprint).
-#[derive(Debug, Clone)]
-pub struct Idempotency {
-    pub key: String,
-    pub fingerprint: Option<String>,
-}
-
-/// What a request with this key gets from a gate that is no longer open, if the key decides it:
-/// the winner's key with the winner's answer is the original 202 again; with another answer, a
-/// conflict.
-pub fn replay(record: &GateRecord, key: Option<&Idempotency>) -> Option<AnswerOutcome> {
-    let (stored_key, stored_fingerprint) = record.idempotency.as_ref()?;
-    let key = key.filter(|k| k.key == *stored_key)?;
-    Some(if key.fingerprint.as_ref() == Some(stored_fingerprint) {
-        AnswerOutcome::Accepted { journal_seq: record.view.resolved_seq? }
-    } else {
-        AnswerOutcome::IdempotencyConflict
-    })
-}
-
 fn not_open(
     conn: &Connection,
     session: SessionId,
     gate: GateId,
     key: Option<&Idempotency>,
 ) -> Result<AnswerOutcome, StoreError> {
-    let Some(record) = find(conn, gate)?.filter(|r| r.view.session_id == session) else {
-        return Ok(AnswerOutcome::NotFound);
-    };
-    if let Some(outcome) = replay(&record, key) {
-        return Ok(outcome);
-    }
-    match record.view.resolution {
-        Some(resolution) => Ok(AnswerOutcome::NotReady { resolution }),
-        None => Err(StoreError::Internal(format!("gate {gate} is {:?} without a resolution", record.view.state))),
-    }
+    unclaimed(find(conn, gate)?, session, key)
 }
 
 /// The exactly-once path: claim the gate if it is still open, append `GateResolved`, enqueue
@@ -252,17 +185,6 @@ fn deliver(
     inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
     effects.push(Effect::Inbox(session, loop_id));
     Ok(seq)
-}
-
-/// What a deadline did to its gate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expiry {
-    /// The policy's answer won; this is its `GateResolved` seq.
-    Answered(i64),
-    /// The gate was no longer open (a person or a close won), or is unknown.
-    Moot,
-    /// This gate alone could not be answered (a broken stored gate); it was rolled back.
-    Failed(String),
 }
 
 /// The timer's claim: answers each still-open gate with its policy's template, through the same
@@ -311,14 +233,6 @@ pub fn deadlines(conn: &Connection) -> rusqlite::Result<Vec<(GateId, Timestamp)>
     )?
     .query_map([], |r| Ok((id(r, 0, GateId::parse)?, Timestamp::from_nanos(r.get(1)?))))?
     .collect()
-}
-
-/// The result of a close.
-#[derive(Debug)]
-pub enum CloseOutcome {
-    Closed(GateView),
-    NotFound,
-    NotReady { resolution: Box<RawValue> },
 }
 
 /// Withdraws an open gate: `GateResolved` with the reason and no action, and no command.
@@ -393,51 +307,6 @@ fn resolve(
         .execute(params![gate.to_string(), seq])?;
     effects.push(Effect::Gate(gate));
     Ok(seq)
-}
-
-fn parse_gate(json: &str) -> Result<Gate, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))
-}
-
-/// The orders a listing can come in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListOrder {
-    /// Oldest first.
-    Opened,
-    /// Newest first.
-    Newest,
-    /// Soonest deadline first; gates without a deadline last (oldest first among them).
-    Deadline,
-    /// Most recently resolved or closed first; open gates last (newest first among them).
-    Resolved,
-}
-
-/// Where the previous page of a listing ended: the last gate's `opened_seq`, and its deadline
-/// (`order=deadline`) or its `resolved_seq` (`order=resolved`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListCursor {
-    pub key: Option<i64>,
-    pub opened_seq: i64,
-}
-
-/// Which gates a listing wants.
-#[derive(Debug, Clone)]
-pub struct ListQuery {
-    pub session: Option<SessionId>,
-    /// Empty means every state.
-    pub states: Vec<GateState>,
-    pub order: ListOrder,
-    pub page: PageLimit,
-    pub after: Option<ListCursor>,
-}
-
-/// A page of gates and the journal head read in the same read transaction.
-#[derive(Debug)]
-pub struct Listing {
-    pub gates: Vec<GateView>,
-    pub journal_seq: i64,
-    /// More rows exist after the last one returned.
-    pub more: bool,
 }
 
 pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {

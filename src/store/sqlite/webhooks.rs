@@ -1,18 +1,9 @@
 //! Outbound webhook state: one cursor per endpoint and the attempts at the event after it.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
 
 use crate::domain::Timestamp;
-
-/// An endpoint as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub url: String,
-    /// Every journal event up to this seq was delivered or dead-lettered.
-    pub cursor: i64,
-    pub disabled: bool,
-}
+use crate::store::model::{Delivery, Endpoint, Pending};
 
 /// Makes sure every configured endpoint has a row (a new one starts at the journal head: it gets
 /// what happens from now on), re-enables the listed ones, and returns them all.
@@ -33,13 +24,6 @@ pub fn endpoint(conn: &Connection, url: &str) -> rusqlite::Result<Option<Endpoin
     conn.prepare_cached("SELECT cursor, disabled_at IS NOT NULL FROM webhook_endpoints WHERE url = ?1")?
         .query_row([url], |r| Ok(Endpoint { url: url.to_owned(), cursor: r.get(0)?, disabled: r.get(1)? }))
         .optional()
-}
-
-/// The pending attempt at one event of an endpoint, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pending {
-    pub attempts: u32,
-    pub next_at: Timestamp,
 }
 
 pub fn pending(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<Option<Pending>> {
@@ -108,19 +92,6 @@ pub fn disable(conn: &Connection, url: &str, why: &str) -> rusqlite::Result<()> 
         params![url, Timestamp::now().as_nanos(), why],
     )?;
     Ok(())
-}
-
-/// One row of the deliveries listing.
-#[derive(Debug, Clone, Serialize)]
-pub struct Delivery {
-    pub url: String,
-    pub journal_seq: i64,
-    pub status: String,
-    pub attempts: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_at: Option<Timestamp>,
-    pub last_error: String,
-    pub updated_at: Timestamp,
 }
 
 /// Deliveries in one status, ordered by (url, seq), after a cursor, one more than `limit`.

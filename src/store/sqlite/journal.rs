@@ -2,10 +2,10 @@
 
 use rusqlite::{Connection, params};
 
-use super::PageLimit;
 use super::row::json_text;
 use crate::bus::Effect;
 use crate::domain::{GateId, JournalEntry, JournalPage, SessionId};
+use crate::store::PageLimit;
 
 /// Appends one event and returns its seq, assigned inside the committing transaction. The event
 /// is announced (doorbell, frame ring) once the transaction commits.

@@ -2,10 +2,10 @@
 
 use rusqlite::{Connection, params};
 
-use super::PageLimit;
 use super::row::raw_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{CommandId, GateId, InboxEntry, LoopId, SessionId, Timestamp};
+use crate::store::PageLimit;
 
 /// Puts one command in a loop's inbox (inside the claim transaction).
 pub fn enqueue(

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, ffi};
 
-use super::{Durability, OpenError, files};
+use super::{Durability, files};
 use crate::domain::ServerKey;
+use crate::store::{OpenError, key_file};
 
 /// Marks the file as ours (`PRAGMA application_id`), so another program's SQLite database is
 /// refused instead of being migrated. The bytes spell "gate".
@@ -192,7 +193,7 @@ pub fn open_writer(path: &Path, durability: Durability, key_file: &Path) -> Resu
 /// A database that has gates but lost its key file gets a new key, with a warning: its answer
 /// links and logins stop working, everything else goes on.
 fn server_key(conn: &Connection, path: &Path, key_file: &Path) -> Result<ServerKey, OpenError> {
-    if let Some(key) = files::read_key(key_file)? {
+    if let Some(key) = key_file::read(key_file)? {
         return Ok(key);
     }
     // A new database has no tables yet; one of version 1 keeps its key in `meta`.
@@ -223,7 +224,7 @@ fn server_key(conn: &Connection, path: &Path, key_file: &Path) -> Result<ServerK
             ServerKey::generate()
         }
     };
-    files::write_key(key_file, &key)?;
+    key_file::write(key_file, &key)?;
     Ok(key)
 }
 

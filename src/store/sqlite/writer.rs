@@ -15,15 +15,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::StoreError;
 use crate::bus::{Bus, Effect};
 use crate::domain::Timestamp;
+use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
 const MAX_BATCH: usize = 256;
@@ -118,33 +117,6 @@ pub(super) enum Msg {
     Job(Job),
     /// Drain what is queued, checkpoint, close, then acknowledge.
     Shutdown(oneshot::Sender<()>),
-}
-
-/// Shared view of the writer's health, for `/readyz`.
-#[derive(Debug)]
-pub struct Health(AtomicBool);
-
-impl Default for Health {
-    /// Healthy until a write fails.
-    fn default() -> Self {
-        Self(AtomicBool::new(true))
-    }
-}
-
-impl Health {
-    pub fn is_healthy(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    fn set(&self, healthy: bool) {
-        if self.0.swap(healthy, Ordering::Relaxed) != healthy {
-            if healthy {
-                tracing::info!("storage healthy again");
-            } else {
-                tracing::error!("storage unhealthy; /readyz answers 503 until a write succeeds again");
-            }
-        }
-    }
 }
 
 pub(super) struct Writer {
@@ -386,7 +358,7 @@ impl Drop for DeathWatch {
 mod tests {
     use super::*;
     use crate::domain::GateId;
-    use crate::store::{Durability, schema};
+    use crate::store::sqlite::{Durability, schema};
 
     /// Runs `jobs` as one batch: they are all queued before the writer starts, so its first
     /// transaction takes every one. Returns the database, closed and checkpointed.
@@ -442,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_job_that_fails_rolls_back_alone_and_its_neighbours_commit() {
-        let bus = Arc::new(Bus::new(0));
+        let bus = Arc::new(Bus::new(0, crate::bus::test_frame));
         let gates = [GateId::mint(), GateId::mint(), GateId::mint()];
         let mut woken: Vec<_> = gates.iter().map(|g| bus.watch_gate(*g)).collect();
         let (a, a_reply) = insert("job-a", gates[0], Ok(()));
@@ -468,7 +440,7 @@ mod tests {
     /// A batch of three jobs whose middle one hits `fault`: every job fails with a retryable
     /// error and nothing of the batch commits.
     fn storage_fault_mid_batch(fault: fn(&Connection) -> rusqlite::Result<()>) {
-        let bus = Arc::new(Bus::new(0));
+        let bus = Arc::new(Bus::new(0, crate::bus::test_frame));
         let (a, a_reply) = insert("job-a", GateId::mint(), Ok(()));
         let (faulty, faulty_reply) = Job::new(move |conn, _| {
             conn.execute("INSERT INTO meta (key, value) VALUES ('job-b', 'v')", [])?;
@@ -508,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_panicking_job_fails_alone() {
-        let bus = Arc::new(Bus::new(0));
+        let bus = Arc::new(Bus::new(0, crate::bus::test_frame));
         let (a, a_reply) = insert("job-a", GateId::mint(), Ok(()));
         let (boom, boom_reply) = Job::new(|conn, _| -> Result<(), StoreError> {
             conn.execute("INSERT INTO meta (key, value) VALUES ('job-boom', 'v')", [])?;

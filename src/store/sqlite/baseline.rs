@@ -8,9 +8,10 @@ use std::path::Path;
 use rusqlite::Connection;
 use serde_json::json;
 
-use super::gates::{self, AnswerOutcome, Idempotency, OpenOutcome};
-use super::{Durability, OpenError, StoreError, schema};
+use super::{Durability, gates, schema};
 use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, ServerKey, SessionId, gate::MAX_TIMEOUT_NANOS};
+use crate::store::model::{AnswerOutcome, Idempotency, OpenOutcome};
+use crate::store::{NewGate, OpenError, StoreError};
 
 /// A database on which gates are opened in bulk, then answered one transaction each.
 pub struct OneTransactionPerAnswer {
@@ -46,7 +47,9 @@ impl OneTransactionPerAnswer {
                 .ok()
                 .and_then(|open| open.validate(MAX_TIMEOUT_NANOS).ok())
                 .ok_or_else(|| StoreError::Internal("the baseline question is invalid".into()))?;
-            match gates::open(&self.conn, session, &ask, PER_SESSION, &self.key, &mut Vec::new())? {
+            let id = GateId::mint();
+            let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
+            match gates::open(&self.conn, session, &ask, new, PER_SESSION, &mut Vec::new())? {
                 OpenOutcome::Created(view) => self.open.push((session, view.gate_id)),
                 other => return Err(StoreError::Internal(format!("opening a baseline gate: {other:?}"))),
             }

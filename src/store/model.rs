@@ -1,0 +1,202 @@
+//! The store's vocabulary, the same for every backend: what a gate looks like as stored, what
+//! each write can come to, what a listing asks for, and the webhook delivery state. Pure types;
+//! the backends (`sqlite`, `postgres`) produce and take them.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::{PageLimit, StoreError};
+use crate::domain::{Gate, GateState, GateView, SessionId, Timestamp};
+
+/// A gate as stored: its view plus what only the server sees.
+#[derive(Debug, Clone)]
+pub struct GateRecord {
+    pub view: GateView,
+    /// The winning answer's `Idempotency-Key` and fingerprint, if it sent a key.
+    pub idempotency: Option<(String, String)>,
+}
+
+impl GateRecord {
+    /// The envelope, parsed (it was written by this program).
+    pub fn gate(&self) -> Result<Gate, StoreError> {
+        parse_gate(self.view.gate.get())
+    }
+}
+
+/// The result of an open.
+#[derive(Debug)]
+pub enum OpenOutcome {
+    /// A new gate (201).
+    Created(GateView),
+    /// The same question asked again: the existing gate, whatever its state (200).
+    Existing(GateView),
+    /// The same tool execution asked something different (409 `gate_conflict`).
+    Conflict(GateView),
+    /// The session already holds its maximum of open gates (503 `gate_capacity`).
+    Capacity,
+}
+
+/// The result of an answer.
+#[derive(Debug)]
+pub enum AnswerOutcome {
+    /// Claimed, journaled and enqueued (202), or the replay of that with the same key and answer.
+    Accepted { journal_seq: i64 },
+    /// No such gate in this session (404).
+    NotFound,
+    /// Someone else's answer or a close won (409 `gate_not_ready`).
+    NotReady { resolution: Box<RawValue> },
+    /// The winner's key, with a different answer (409 `idempotency_conflict`).
+    IdempotencyConflict,
+}
+
+/// An `Idempotency-Key` and the fingerprint of the answer it came with (`None` when the answer
+/// does not fit the gate, so it can match no stored fingerprint).
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    pub key: String,
+    pub fingerprint: Option<String>,
+}
+
+/// What a request with this key gets from a gate that is no longer open, if the key decides it:
+/// the winner's key with the winner's answer is the original 202 again; with another answer, a
+/// conflict.
+pub fn replay(record: &GateRecord, key: Option<&Idempotency>) -> Option<AnswerOutcome> {
+    let (stored_key, stored_fingerprint) = record.idempotency.as_ref()?;
+    let key = key.filter(|k| k.key == *stored_key)?;
+    Some(if key.fingerprint.as_ref() == Some(stored_fingerprint) {
+        AnswerOutcome::Accepted { journal_seq: record.view.resolved_seq? }
+    } else {
+        AnswerOutcome::IdempotencyConflict
+    })
+}
+
+/// What an answer gets from a gate its claim did not take: `NotFound` for a gate not in this
+/// session; for the winner's key, the winner's outcome again (`replay`); else `NotReady` with
+/// the winning resolution.
+pub(crate) fn unclaimed(
+    record: Option<GateRecord>,
+    session: SessionId,
+    key: Option<&Idempotency>,
+) -> Result<AnswerOutcome, StoreError> {
+    let Some(record) = record.filter(|r| r.view.session_id == session) else {
+        return Ok(AnswerOutcome::NotFound);
+    };
+    if let Some(outcome) = replay(&record, key) {
+        return Ok(outcome);
+    }
+    match record.view.resolution {
+        Some(resolution) => Ok(AnswerOutcome::NotReady { resolution }),
+        None => Err(StoreError::Internal(format!(
+            "gate {} is {:?} without a resolution",
+            record.view.gate_id, record.view.state
+        ))),
+    }
+}
+
+/// What a deadline did to its gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expiry {
+    /// The policy's answer won; this is its `GateResolved` seq.
+    Answered(i64),
+    /// The gate was no longer open (a person or a close won), or is unknown.
+    Moot,
+    /// Not yet, or not here: the gate is not due by the database's clock, or another replica is
+    /// claiming it right now. The timer looks again shortly; the claim decides the winner anyway.
+    Busy,
+    /// This gate alone could not be answered (a broken stored gate); it was rolled back.
+    Failed(String),
+}
+
+/// The result of a close.
+#[derive(Debug)]
+pub enum CloseOutcome {
+    Closed(GateView),
+    NotFound,
+    NotReady { resolution: Box<RawValue> },
+}
+
+pub(crate) fn parse_gate(json: &str) -> Result<Gate, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Internal(format!("stored gate: {e}")))
+}
+
+/// The orders a listing can come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListOrder {
+    /// Oldest first.
+    Opened,
+    /// Newest first.
+    Newest,
+    /// Soonest deadline first; gates without a deadline last (oldest first among them).
+    Deadline,
+    /// Most recently resolved or closed first; open gates last (newest first among them).
+    Resolved,
+}
+
+/// Where the previous page of a listing ended: the last gate's `opened_seq`, and its deadline
+/// (`order=deadline`) or its `resolved_seq` (`order=resolved`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListCursor {
+    pub key: Option<i64>,
+    pub opened_seq: i64,
+}
+
+/// Which gates a listing wants.
+#[derive(Debug, Clone)]
+pub struct ListQuery {
+    pub session: Option<SessionId>,
+    /// Empty means every state.
+    pub states: Vec<GateState>,
+    pub order: ListOrder,
+    pub page: PageLimit,
+    pub after: Option<ListCursor>,
+}
+
+/// A page of gates and the journal head read in the same read transaction.
+#[derive(Debug)]
+pub struct Listing {
+    pub gates: Vec<GateView>,
+    pub journal_seq: i64,
+    /// More rows exist after the last one returned.
+    pub more: bool,
+}
+
+/// An endpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub url: String,
+    /// Every journal event up to this seq was delivered or dead-lettered.
+    pub cursor: i64,
+    pub disabled: bool,
+}
+
+/// The pending attempt at one event of an endpoint, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub attempts: u32,
+    pub next_at: Timestamp,
+}
+
+/// One row of the deliveries listing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Delivery {
+    pub url: String,
+    pub journal_seq: i64,
+    pub status: String,
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<Timestamp>,
+    pub last_error: String,
+    pub updated_at: Timestamp,
+}
+
+/// A fenced hold on one webhook endpoint: only its holder delivers to it, and every write of the
+/// delivery state names the lease, so a replica that lost its lease (it paused, the lease ran
+/// out, another took over) can no longer move the endpoint's cursor. On SQLite, one process owns
+/// the database, so its lease is always granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Who holds it (a replica's id).
+    pub owner: String,
+    /// Bumped each time the endpoint changes hands.
+    pub epoch: i64,
+}

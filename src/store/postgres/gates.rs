@@ -1,0 +1,416 @@
+//! The gates on PostgreSQL: the three transactions that change a gate (open with idempotent
+//! re-ask, answer with its exactly-once claim, close), the timer's claim, and the reads. The
+//! writes run as writer jobs, after the batch took the ordering lock, so the read-then-write of a
+//! re-ask and of the open-gate cap cannot race another replica; the claim is one conditional
+//! update, as on SQLite.
+
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::writer::Conn;
+use super::{classify, json_column, uuid_column};
+use crate::domain::events::to_json;
+use crate::domain::view::PageBytes;
+use crate::domain::{
+    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
+    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
+};
+use crate::store::model::{
+    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing, OpenOutcome,
+    parse_gate, unclaimed,
+};
+use crate::store::{NewGate, StoreError};
+
+/// The columns `record` reads.
+macro_rules! select_record {
+    () => {
+        "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
+        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id
+    FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
+    };
+}
+
+fn record(row: &Row) -> Result<GateRecord, StoreError> {
+    let state: String = row.try_get(2).map_err(classify)?;
+    let state = GateState::parse(&state).ok_or_else(|| StoreError::Internal(format!("stored state {state:?}")))?;
+    let key: Option<String> = row.try_get(10).map_err(classify)?;
+    let fingerprint: Option<String> = row.try_get(11).map_err(classify)?;
+    Ok(GateRecord {
+        view: GateView {
+            gate_id: uuid_column(row, 12, GateId::from_uuid)?,
+            session_id: uuid_column(row, 0, SessionId::from_uuid)?,
+            loop_id: uuid_column(row, 1, LoopId::from_uuid)?,
+            state,
+            gate: json_column(row.try_get(3).map_err(classify)?)?,
+            opened_seq: row.try_get(4).map_err(classify)?,
+            opened_at: Timestamp::from_nanos(row.try_get(5).map_err(classify)?),
+            deadline: row.try_get::<_, Option<i64>>(6).map_err(classify)?.map(Timestamp::from_nanos),
+            resolved_seq: row.try_get(7).map_err(classify)?,
+            resolution: row.try_get::<_, Option<String>>(8).map_err(classify)?.map(json_column).transpose()?,
+            answer: row.try_get(9).map_err(classify)?,
+        },
+        idempotency: key.zip(fingerprint),
+    })
+}
+
+/// One gate by id, in whatever session.
+pub async fn find(conn: &Conn, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
+    let stmt = conn.prepare_cached(concat!(select_record!(), " WHERE g.gate_id = $1")).await.map_err(classify)?;
+    conn.query_opt(&stmt, &[&gate.as_uuid()]).await.map_err(classify)?.as_ref().map(record).transpose()
+}
+
+/// The gate whose answer-link token has this digest.
+pub async fn find_by_link(conn: &Conn, digest: &[u8; 32]) -> Result<Option<GateRecord>, StoreError> {
+    let stmt = conn.prepare_cached(concat!(select_record!(), " WHERE g.link_digest = $1")).await.map_err(classify)?;
+    conn.query_opt(&stmt, &[&digest.as_slice()]).await.map_err(classify)?.as_ref().map(record).transpose()
+}
+
+/// Opens a gate, or finds the one this tool execution already opened. The re-ask check comes
+/// before the cap, so a re-ask at the cap still finds its gate.
+pub async fn open(
+    conn: &Conn,
+    session: SessionId,
+    ask: &AskUser,
+    new: NewGate,
+    max_open: usize,
+) -> Result<OpenOutcome, StoreError> {
+    let content = ask.content.canonical();
+    let existing = conn
+        .prepare_cached(
+            "SELECT gate_id, content FROM gates WHERE session_id = $1 AND loop_id = $2 AND tool_execution_id = $3",
+        )
+        .await
+        .map_err(classify)?;
+    let ids = [session.as_uuid(), ask.loop_id.as_uuid(), ask.tool_execution_id.as_uuid()];
+    if let Some(row) = conn.query_opt(&existing, &[&ids[0], &ids[1], &ids[2]]).await.map_err(classify)? {
+        let gate_id = uuid_column(&row, 0, GateId::from_uuid)?;
+        let stored: String = row.try_get(1).map_err(classify)?;
+        let view = find(conn, gate_id)
+            .await?
+            .ok_or_else(|| StoreError::Internal(format!("gate {gate_id} vanished inside its transaction")))?
+            .view;
+        return Ok(if stored == content { OpenOutcome::Existing(view) } else { OpenOutcome::Conflict(view) });
+    }
+    let count = conn
+        .prepare_cached("SELECT count(*) FROM gates WHERE session_id = $1 AND state = 'open'")
+        .await
+        .map_err(classify)?;
+    let open: i64 = conn.query_one(&count, &[&ids[0]]).await.map_err(classify)?.get(0);
+    if open as usize >= max_open {
+        return Ok(OpenOutcome::Capacity);
+    }
+
+    let gate = ask.gate(new.id);
+    let now = Timestamp::now();
+    let at = Coordinates::of(session, &gate, ask.loop_id);
+    let opened = to_json(&GateOpened::new(at, now, &gate));
+    let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
+    let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
+    let respond_at = deadline.filter(|_| gate.default_answer().is_some());
+    let envelope = to_json(&gate);
+    // Both events and the gate in one statement; the seqs are drawn in order, under the lock.
+    let insert = conn
+        .prepare_cached(
+            "WITH seqs AS MATERIALIZED (SELECT nextval('journal_seq') AS opened, nextval('journal_seq') AS requested),
+             events AS (
+                 INSERT INTO journal (seq, session_id, gate_id, type, respond_at, event)
+                 SELECT opened, $1, $2, 'GateOpened', $9, $10 FROM seqs
+                 UNION ALL SELECT requested, $1, $2, 'UserInputRequested', NULL, $11 FROM seqs),
+             gate AS (
+                 INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq,
+                                    opened_at, deadline, respond_at, link_digest)
+                 SELECT $2, $1, $3, $4, 'open', $5, $6, opened, $7, $8, $9, $12 FROM seqs)
+             SELECT opened FROM seqs",
+        )
+        .await
+        .map_err(classify)?;
+    let params: [&(dyn ToSql + Sync); 12] = [
+        &ids[0],
+        &gate.id.as_uuid(),
+        &ids[1],
+        &ids[2],
+        &content,
+        &envelope,
+        &now.as_nanos(),
+        &deadline.map(Timestamp::as_nanos),
+        &respond_at.map(Timestamp::as_nanos),
+        &opened,
+        &requested,
+        &new.link_digest.as_slice(),
+    ];
+    let opened_seq: i64 = conn.query_one(&insert, &params).await.map_err(classify)?.get(0);
+    Ok(OpenOutcome::Created(GateView {
+        gate_id: gate.id,
+        session_id: session,
+        loop_id: ask.loop_id,
+        state: GateState::Open,
+        gate: json_column(envelope)?,
+        opened_seq,
+        opened_at: now,
+        deadline,
+        resolved_seq: None,
+        resolution: None,
+        answer: None,
+    }))
+}
+
+/// A gate this transaction took out of `open`.
+struct Claimed {
+    loop_id: LoopId,
+    gate: Gate,
+    row: Row,
+}
+
+/// The claim: a conditional write that moves the gate out of `open` only if it is still open
+/// (and in this session), recording the winner's answer and key. Under READ COMMITTED a
+/// concurrent claimer waits for this one, re-checks `state = 'open'` and matches nothing.
+async fn claim(
+    conn: &Conn,
+    session: SessionId,
+    gate_id: GateId,
+    to: GateState,
+    answer: Option<&Answer>,
+    key: Option<&Idempotency>,
+) -> Result<Option<Claimed>, StoreError> {
+    let stmt = conn
+        .prepare_cached(
+            "UPDATE gates SET state = $3, answer = $4, idempotency_key = $5, fingerprint = $6
+             WHERE gate_id = $1 AND session_id = $2 AND state = 'open'
+             RETURNING loop_id, gate, opened_seq, opened_at, deadline",
+        )
+        .await
+        .map_err(classify)?;
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &gate_id.as_uuid(),
+        &session.as_uuid(),
+        &to.as_str(),
+        &answer.map(|a| a.text.as_str()),
+        &key.map(|k| k.key.as_str()),
+        &key.and_then(|k| k.fingerprint.as_deref()),
+    ];
+    let Some(row) = conn.query_opt(&stmt, &params).await.map_err(classify)? else { return Ok(None) };
+    let loop_id = uuid_column(&row, 0, LoopId::from_uuid)?;
+    let gate = parse_gate(row.try_get(1).map_err(classify)?)?;
+    Ok(Some(Claimed { loop_id, gate, row }))
+}
+
+/// The exactly-once path: claim the gate, append `GateResolved`, enqueue `ProvideUserInput`.
+pub async fn answer(
+    conn: &Conn,
+    session: SessionId,
+    gate_id: GateId,
+    answer: &Answer,
+    key: Option<&Idempotency>,
+    by: &AnsweredBy,
+) -> Result<AnswerOutcome, StoreError> {
+    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key).await? else {
+        // Lost the race (or never had a chance): the same key check as before the claim.
+        return unclaimed(find(conn, gate_id).await?, session, key);
+    };
+    let seq = deliver(conn, session, gate_id, &claimed, answer, by).await?;
+    Ok(AnswerOutcome::Accepted { journal_seq: seq })
+}
+
+/// After a claim: `GateResolved` in the journal (naming the loop, so every replica's follower
+/// wakes its inbox waiters), the command in the loop's inbox, and the gate pointed at its
+/// resolution, in one statement.
+async fn deliver(
+    conn: &Conn,
+    session: SessionId,
+    gate_id: GateId,
+    claimed: &Claimed,
+    answer: &Answer,
+    by: &AnsweredBy,
+) -> Result<i64, StoreError> {
+    let now = Timestamp::now();
+    let at = Coordinates::of(session, &claimed.gate, claimed.loop_id);
+    let resolved = to_json(&GateResolved::answered(at, now, gate_id, answer, by));
+    let command = ProvideUserInput::new(at, now, &claimed.gate, answer, by);
+    let stmt = conn
+        .prepare_cached(
+            "WITH event AS (
+                 INSERT INTO journal (seq, session_id, gate_id, type, loop_id, event)
+                 VALUES (nextval('journal_seq'), $1, $2, 'GateResolved', $3, $4) RETURNING seq),
+             command AS (
+                 INSERT INTO inbox (seq, session_id, loop_id, command_id, gate_id, command)
+                 VALUES (nextval('inbox_seq'), $1, $3, $5, $2, $6)),
+             pointed AS (UPDATE gates SET resolved_seq = (SELECT seq FROM event) WHERE gate_id = $2)
+             SELECT seq FROM event",
+        )
+        .await
+        .map_err(classify)?;
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &session.as_uuid(),
+        &gate_id.as_uuid(),
+        &claimed.loop_id.as_uuid(),
+        &resolved,
+        &command.command_id.as_uuid(),
+        &to_json(&command),
+    ];
+    Ok(conn.query_one(&stmt, &params).await.map_err(classify)?.get(0))
+}
+
+/// Withdraws an open gate: `GateResolved` with the reason and no action, and no command.
+pub async fn close(
+    conn: &Conn,
+    session: SessionId,
+    gate_id: GateId,
+    reason: CloseReason,
+) -> Result<CloseOutcome, StoreError> {
+    let Some(claimed) = claim(conn, session, gate_id, GateState::Closed, None, None).await? else {
+        return Ok(match unclaimed(find(conn, gate_id).await?, session, None)? {
+            AnswerOutcome::NotReady { resolution } => CloseOutcome::NotReady { resolution },
+            _ => CloseOutcome::NotFound,
+        });
+    };
+    let at = Coordinates::of(session, &claimed.gate, claimed.loop_id);
+    let resolved = to_json(&GateResolved::closed(at, Timestamp::now(), gate_id, reason));
+    let stmt = conn
+        .prepare_cached(
+            "WITH event AS (
+                 INSERT INTO journal (seq, session_id, gate_id, type, event)
+                 VALUES (nextval('journal_seq'), $1, $2, 'GateResolved', $3) RETURNING seq),
+             pointed AS (UPDATE gates SET resolved_seq = (SELECT seq FROM event) WHERE gate_id = $2)
+             SELECT seq FROM event",
+        )
+        .await
+        .map_err(classify)?;
+    let seq: i64 =
+        conn.query_one(&stmt, &[&session.as_uuid(), &gate_id.as_uuid(), &resolved]).await.map_err(classify)?.get(0);
+    let row = &claimed.row;
+    Ok(CloseOutcome::Closed(GateView {
+        gate_id,
+        session_id: session,
+        loop_id: claimed.loop_id,
+        state: GateState::Closed,
+        gate: json_column(row.try_get(1).map_err(classify)?)?,
+        opened_seq: row.try_get(2).map_err(classify)?,
+        opened_at: Timestamp::from_nanos(row.try_get(3).map_err(classify)?),
+        deadline: row.try_get::<_, Option<i64>>(4).map_err(classify)?.map(Timestamp::from_nanos),
+        resolved_seq: Some(seq),
+        resolution: Some(json_column(resolved)?),
+        answer: None,
+    }))
+}
+
+/// The timer's claim on due gates. Only gates that are open, due by the database's clock (not the
+/// replica's, which may run ahead) and not being claimed by another transaction right now (`SKIP
+/// LOCKED`) are answered; a gate that is open but not among them is `Busy`, and the timer looks
+/// again shortly. Whichever claim commits first wins, as for a person's answer.
+pub async fn expire(conn: &Conn, gates: &[GateId]) -> Result<Vec<Expiry>, StoreError> {
+    let ids: Vec<Uuid> = gates.iter().map(|g| g.as_uuid()).collect();
+    let due = conn
+        .prepare_cached(concat!(
+            "SELECT gate_id FROM gates WHERE gate_id = ANY($1) AND state = 'open' AND respond_at <= ",
+            now_ns!(),
+            " ORDER BY gate_id FOR UPDATE SKIP LOCKED"
+        ))
+        .await
+        .map_err(classify)?;
+    let claimable: Vec<Uuid> = conn.query(&due, &[&ids]).await.map_err(classify)?.iter().map(|r| r.get(0)).collect();
+    let mut outcomes = Vec::with_capacity(gates.len());
+    for &gate_id in gates {
+        if !claimable.contains(&gate_id.as_uuid()) {
+            let open = find(conn, gate_id).await?.is_some_and(|r| r.view.state == GateState::Open);
+            outcomes.push(if open { Expiry::Busy } else { Expiry::Moot });
+            continue;
+        }
+        outcomes.push(expire_one(conn, gate_id).await?);
+    }
+    Ok(outcomes)
+}
+
+async fn expire_one(conn: &Conn, gate_id: GateId) -> Result<Expiry, StoreError> {
+    let Some(record) = find(conn, gate_id).await? else { return Ok(Expiry::Moot) };
+    // A broken stored gate fails alone, before anything of it was written.
+    let gate = match record.gate() {
+        Ok(gate) => gate,
+        Err(e) => return Ok(Expiry::Failed(e.to_string())),
+    };
+    let Some(template) = gate.default_answer() else { return Ok(Expiry::Moot) };
+    let answer = match Answer::check(&gate, Some(&template.action), Some(&template.values)) {
+        Ok(answer) => answer,
+        Err(e) => return Ok(Expiry::Failed(format!("gate {gate_id} has an invalid default answer: {e:?}"))),
+    };
+    let session = record.view.session_id;
+    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None).await? else {
+        return Ok(Expiry::Moot);
+    };
+    Ok(Expiry::Answered(deliver(conn, session, gate_id, &claimed, &answer, &AnsweredBy::Timeout).await?))
+}
+
+/// Open gates whose policy answers at a deadline, soonest first.
+pub async fn deadlines(conn: &Conn) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
+    let stmt = conn
+        .prepare_cached(
+            "SELECT gate_id, respond_at FROM gates WHERE state = 'open' AND respond_at IS NOT NULL ORDER BY respond_at",
+        )
+        .await
+        .map_err(classify)?;
+    conn.query(&stmt, &[])
+        .await
+        .map_err(classify)?
+        .iter()
+        .map(|r| Ok((uuid_column(r, 0, GateId::from_uuid)?, Timestamp::from_nanos(r.get(1)))))
+        .collect()
+}
+
+/// A page of gates and the journal head, read in one snapshot.
+pub async fn list(conn: &mut deadpool_postgres::Object, q: &ListQuery) -> Result<Listing, StoreError> {
+    let mut clauses: Vec<String> = Vec::new();
+    let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+    if let Some(session) = q.session {
+        args.push(Box::new(session.as_uuid()));
+        clauses.push(format!("g.session_id = ${}", args.len()));
+    }
+    if !q.states.is_empty() {
+        args.push(Box::new(q.states.iter().map(|s| s.as_str().to_owned()).collect::<Vec<_>>()));
+        clauses.push(format!("g.state = ANY(${})", args.len()));
+    }
+    if let Some(after) = q.after {
+        args.push(Box::new(after.opened_seq));
+        let seq = args.len();
+        clauses.push(match (q.order, after.key) {
+            (ListOrder::Opened, _) => format!("g.opened_seq > ${seq}"),
+            (ListOrder::Newest, _) => format!("g.opened_seq < ${seq}"),
+            (ListOrder::Deadline, None) => format!("(g.deadline IS NULL AND g.opened_seq > ${seq})"),
+            (ListOrder::Deadline, Some(deadline)) => {
+                args.push(Box::new(deadline));
+                let d = args.len();
+                format!("(g.deadline IS NULL OR g.deadline > ${d} OR (g.deadline = ${d} AND g.opened_seq > ${seq}))")
+            }
+            (ListOrder::Resolved, None) => format!("(g.resolved_seq IS NULL AND g.opened_seq < ${seq})"),
+            (ListOrder::Resolved, Some(resolved)) => {
+                args.push(Box::new(resolved));
+                format!("(g.resolved_seq IS NULL OR g.resolved_seq < ${})", args.len())
+            }
+        });
+    }
+    let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+    args.push(Box::new(q.page.sql_limit()));
+    let order = match q.order {
+        ListOrder::Opened => "g.opened_seq ASC",
+        ListOrder::Newest => "g.opened_seq DESC",
+        ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
+        ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
+    };
+    let sql = format!("{} {filter} ORDER BY {order} LIMIT ${}", select_record!(), args.len());
+    // One snapshot: the head and the rows agree.
+    let tx = conn
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(classify)?;
+    let journal_seq: i64 =
+        tx.query_one("SELECT COALESCE(MAX(seq), 0) FROM journal", &[]).await.map_err(classify)?.get(0);
+    let stmt = tx.prepare_cached(&sql).await.map_err(classify)?;
+    let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref() as &(dyn ToSql + Sync)).collect();
+    let rows = tx.query(&stmt, &params).await.map_err(classify)?;
+    tx.commit().await.map_err(classify)?;
+    let views = rows.iter().map(|row| record(row).map(|r| r.view));
+    let (gates, more) = q.page.fill(views, PageBytes::page_bytes)?;
+    Ok(Listing { gates, journal_seq, more })
+}

@@ -1,0 +1,432 @@
+//! The PostgreSQL backend: several `gatehouse serve` replicas share one database, with the same
+//! API and the same promises as the embedded SQLite file.
+//!
+//! Per replica: one writer task with a connection of its own (`writer`: group commit, and the
+//! ordering lock that makes seq order commit order across replicas), one follower (`follower`:
+//! the only feeder of this replica's bus, from the committed journal rows, woken by LISTEN/NOTIFY,
+//! by its own writer and by a 1 s poll), and a small pool of connections for reads and for the
+//! writes that add no journal row (acks, webhook state). Reads go to the primary: a standby's
+//! journal may lag the cursor a client got from the primary.
+
+/// The database's clock in nanoseconds since the epoch, as SQL: deadlines and leases are compared
+/// with one clock, whatever the replicas' clocks say.
+macro_rules! now_ns {
+    () => {
+        "(extract(epoch from clock_timestamp()) * 1000000000)::bigint"
+    };
+}
+
+mod follower;
+mod gates;
+mod journal;
+mod schema;
+mod webhooks;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use serde_json::value::RawValue;
+use tokio::sync::Notify;
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+use tokio_util::sync::CancellationToken;
+
+pub use schema::SCHEMA_VERSION;
+pub use writer::PgBeforeCommit;
+
+use super::model::{
+    AnswerOutcome, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery, Listing,
+    OpenOutcome, Pending,
+};
+use super::{Backend, Background, DatabaseUrl, Health, NewGate, OpenError, PageLimit, StoreError, key_file};
+use crate::bus::{Bus, FrameFn};
+use crate::domain::{
+    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, IdError, InboxEntry, JournalPage, LoopId, ServerKey,
+    SessionId, Timestamp,
+};
+use writer::{Writer, WriterHandle};
+
+/// The advisory locks' class ("gate"), and the locks in it.
+const LOCK_CLASS: i32 = 0x6761_7465;
+/// Held by a journal-writing batch from its start to its commit: one at a time, cluster-wide.
+const LOCK_ORDER: i32 = 1;
+/// Held while migrating.
+const LOCK_MIGRATE: i32 = 2;
+/// The NOTIFY channel writers ring after a commit.
+const CHANNEL: &str = "gatehouse_journal";
+/// Connections in each replica's pool (reads, acks, webhook state, the writer's own).
+const POOL_SIZE: usize = 16;
+/// How long a request waits for a pooled connection, or for a new one, before `503`.
+const POOL_WAIT: Duration = Duration::from_secs(5);
+
+/// How to open the PostgreSQL backend.
+#[derive(Clone)]
+pub struct PgSettings {
+    pub url: DatabaseUrl,
+    /// The server key's file: required, and the same for every replica (links and logins made by
+    /// one replica are checked by another).
+    pub key_file: Option<PathBuf>,
+    /// Test-only: awaited by the writer just before every COMMIT.
+    pub before_commit: Option<PgBeforeCommit>,
+    /// Test-only: `false` turns the ordering lock off (the ordering test's negative control).
+    pub order_lock: bool,
+}
+
+impl PgSettings {
+    pub fn new(url: DatabaseUrl, key_file: Option<PathBuf>) -> Self {
+        Self { url, key_file, before_commit: None, order_lock: true }
+    }
+}
+
+impl std::fmt::Debug for PgSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSettings")
+            .field("url", &self.url)
+            .field("key_file", &self.key_file)
+            .field("order_lock", &self.order_lock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Cheap, clonable handle on the PostgreSQL backend.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    writer: WriterHandle,
+    health: Arc<Health>,
+    /// Whether the follower's last read worked.
+    following: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+}
+
+impl PgStore {
+    /// Connects, migrates (under a lock, once for all replicas), reads the server key, and makes
+    /// the writer and the follower, returned for the caller to run: the follower feeds the bus.
+    pub async fn open(
+        settings: PgSettings,
+        frame: FrameFn,
+    ) -> Result<(Self, Arc<Bus>, ServerKey, Vec<Background>), OpenError> {
+        let mut config: tokio_postgres::Config = settings.url.expose().parse().map_err(|_| {
+            // The parser's message may quote the URL, and a URL may hold a password.
+            OpenError::Database(
+                "the database URL is not a PostgreSQL URL like postgres://USER:PASSWORD@HOST:PORT/DATABASE".into(),
+            )
+        })?;
+        config
+            .application_name("gatehouse")
+            .connect_timeout(POOL_WAIT)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30));
+        let key_file = settings.key_file.clone().ok_or_else(|| {
+            OpenError::Database(
+                "--database-url needs --secret-file: every replica signs answer links and logins with the same \
+                 key, kept out of the database. Make one with `head -c 32 /dev/urandom | base64 > gatehouse.key` \
+                 and give it to every replica"
+                    .into(),
+            )
+        })?;
+        let key = key_file::read(&key_file)?.ok_or_else(|| {
+            OpenError::Database(format!(
+                "the server key {} does not exist; make it with `head -c 32 /dev/urandom | base64 > {}` and give \
+                 the same file to every replica",
+                key_file.display(),
+                key_file.display()
+            ))
+        })?;
+
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| cannot_connect(&e))?;
+        let driver = tokio::spawn(connection);
+        schema::migrate(&client).await?;
+        drop(client);
+        let _ = driver.await;
+
+        let manager =
+            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(POOL_WAIT))
+            .build()
+            .map_err(|e| OpenError::Database(format!("cannot make the connection pool: {e}")))?;
+        let head = {
+            let conn = pool.get().await.map_err(|e| OpenError::Database(pool_error(e).to_string()))?;
+            journal::bounds(&conn).await.map_err(|e| OpenError::Database(format!("cannot read the journal: {e}")))?.1
+        };
+        let bus = Arc::new(Bus::new(head, frame));
+        let health = Arc::new(Health::default());
+        let following = Arc::new(AtomicBool::new(true));
+        let wake = Arc::new(Notify::new());
+        let shutdown = CancellationToken::new();
+        let (writer, handle) = Writer::new(
+            pool.clone(),
+            Arc::clone(&health),
+            Arc::clone(&wake),
+            settings.before_commit,
+            settings.order_lock,
+        );
+        let follower = follower::Follower {
+            pool: pool.clone(),
+            listen: config,
+            bus: Arc::clone(&bus),
+            head,
+            wake,
+            reading: Arc::clone(&following),
+            shutdown: shutdown.clone(),
+        };
+        let background = vec![
+            Background { name: "database writer", task: Box::pin(writer.run()) },
+            Background { name: "journal follower", task: Box::pin(follower.run()) },
+        ];
+        let store = Self { inner: Arc::new(Inner { pool, writer: handle, health, following, shutdown }) };
+        Ok((store, bus, key, background))
+    }
+
+    /// A pooled connection for a read or a lone statement.
+    async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.inner.pool.get().await.map_err(pool_error)
+    }
+}
+
+impl Backend for PgStore {
+    async fn open_gate(
+        &self,
+        session: SessionId,
+        ask: AskUser,
+        new: NewGate,
+        max_open: usize,
+    ) -> Result<OpenOutcome, StoreError> {
+        let ask = Arc::new(ask);
+        self.inner
+            .writer
+            .write(move |conn| {
+                let ask = Arc::clone(&ask);
+                Box::pin(async move { gates::open(conn, session, &ask, new, max_open).await })
+            })
+            .await
+    }
+
+    async fn answer_gate(
+        &self,
+        session: SessionId,
+        gate: GateId,
+        answer: Answer,
+        key: Option<Idempotency>,
+        by: AnsweredBy,
+    ) -> Result<AnswerOutcome, StoreError> {
+        let job = Arc::new((answer, key, by));
+        self.inner
+            .writer
+            .write(move |conn| {
+                let job = Arc::clone(&job);
+                Box::pin(async move {
+                    let (answer, key, by) = &*job;
+                    gates::answer(conn, session, gate, answer, key.as_ref(), by).await
+                })
+            })
+            .await
+    }
+
+    async fn close_gate(
+        &self,
+        session: SessionId,
+        gate: GateId,
+        reason: CloseReason,
+    ) -> Result<CloseOutcome, StoreError> {
+        self.inner.writer.write(move |conn| Box::pin(gates::close(conn, session, gate, reason))).await
+    }
+
+    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
+        let gates = Arc::new(gates);
+        self.inner
+            .writer
+            .write(move |conn| {
+                let gates = Arc::clone(&gates);
+                Box::pin(async move { gates::expire(conn, &gates).await })
+            })
+            .await
+    }
+
+    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
+        gates::deadlines(&*self.conn().await?).await
+    }
+
+    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError> {
+        journal::ack(&*self.conn().await?, session, loop_id, command, Timestamp::now()).await
+    }
+
+    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
+        gates::find(&*self.conn().await?, gate).await
+    }
+
+    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>, StoreError> {
+        gates::find_by_link(&*self.conn().await?, &digest).await
+    }
+
+    async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError> {
+        gates::list(&mut self.conn().await?, &query).await
+    }
+
+    async fn inbox(
+        &self,
+        session: SessionId,
+        loop_id: LoopId,
+        after: i64,
+        page: PageLimit,
+        include_acked: bool,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        journal::inbox(&*self.conn().await?, session, loop_id, after, page, include_acked).await
+    }
+
+    async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage, StoreError> {
+        journal::page(&*self.conn().await?, session, from, page).await
+    }
+
+    async fn journal_range(
+        &self,
+        session: Option<SessionId>,
+        after: i64,
+        upto: i64,
+        page: PageLimit,
+    ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
+        journal::range(&*self.conn().await?, session, after, upto, page).await
+    }
+
+    async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
+        journal::bounds(&*self.conn().await?).await
+    }
+
+    async fn webhook_register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>, StoreError> {
+        webhooks::register(&*self.conn().await?, &urls, &reenable).await
+    }
+
+    async fn webhook_lease(
+        &self,
+        url: String,
+        owner: String,
+        ttl: Duration,
+    ) -> Result<Option<(Lease, Endpoint)>, StoreError> {
+        webhooks::lease(&*self.conn().await?, &url, &owner, ttl).await
+    }
+
+    async fn webhook_release(&self, url: String, lease: Lease) -> Result<(), StoreError> {
+        webhooks::release(&*self.conn().await?, &url, &lease).await
+    }
+
+    async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {
+        webhooks::pending(&*self.conn().await?, &url, seq).await
+    }
+
+    async fn webhook_delivered(&self, url: String, seq: i64, lease: Lease) -> Result<bool, StoreError> {
+        webhooks::delivered(&*self.conn().await?, &url, seq, &lease).await
+    }
+
+    async fn webhook_retry_at(
+        &self,
+        url: String,
+        seq: i64,
+        attempts: u32,
+        next_at: Timestamp,
+        error: String,
+        lease: Lease,
+    ) -> Result<bool, StoreError> {
+        webhooks::retry_at(&*self.conn().await?, &url, seq, attempts, next_at, &error, &lease).await
+    }
+
+    async fn webhook_dead_letter(
+        &self,
+        url: String,
+        seq: i64,
+        attempts: u32,
+        error: String,
+        lease: Lease,
+    ) -> Result<bool, StoreError> {
+        webhooks::dead_letter(&*self.conn().await?, &url, seq, attempts, &error, &lease).await
+    }
+
+    async fn webhook_disable(&self, url: String, why: String, lease: Lease) -> Result<bool, StoreError> {
+        webhooks::disable(&*self.conn().await?, &url, &why, &lease).await
+    }
+
+    async fn webhook_deliveries(
+        &self,
+        status: &'static str,
+        after: Option<(String, i64)>,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        webhooks::list(&*self.conn().await?, status, after, limit).await
+    }
+
+    /// The writer's last transaction worked and the follower's last read did.
+    fn is_healthy(&self) -> bool {
+        self.inner.health.is_healthy() && self.inner.following.load(Ordering::Relaxed)
+    }
+
+    /// Finishes the queued writes, stops the follower and closes the pool.
+    async fn shutdown(&self) {
+        self.inner.writer.shutdown().await;
+        self.inner.shutdown.cancel();
+        self.inner.pool.close();
+    }
+}
+
+/// Sorts a driver error: what a retry may cure (a lost or refused connection, a database that is
+/// read-only, full, shutting down or recovering, a lock or statement timeout, a serialization
+/// failure) is `Unavailable`; anything else (a constraint guard, a bad statement) is a bug.
+fn classify(e: tokio_postgres::Error) -> StoreError {
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the connection itself failed (I/O, closed, protocol).
+        return StoreError::Unavailable(db_error(&e));
+    };
+    let class = &code.code()[..2];
+    let retryable = matches!(class, "08" | "53" | "57" | "58")
+        || [
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+        ]
+        .contains(code);
+    if retryable { StoreError::Unavailable(db_error(&e)) } else { StoreError::Internal(db_error(&e)) }
+}
+
+/// A pool error: every one is about reaching the database (a timeout, a refused connection).
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable(format!("no database connection: {e}"))
+}
+
+/// A driver error in words: the server's message when it sent one, else the innermost cause.
+fn db_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => crate::error::innermost_cause(e),
+    }
+}
+
+fn cannot_connect(e: &tokio_postgres::Error) -> OpenError {
+    OpenError::Database(format!("cannot connect to the database: {}", db_error(e)))
+}
+
+/// A stored UUID column as one of our ids.
+fn uuid_column<T>(
+    row: &tokio_postgres::Row,
+    idx: usize,
+    from: fn(uuid::Uuid) -> Result<T, IdError>,
+) -> Result<T, StoreError> {
+    let id: uuid::Uuid = row.try_get(idx).map_err(classify)?;
+    from(id).map_err(|e| StoreError::Internal(format!("stored id in column {idx}: {e}")))
+}
+
+/// Stored JSON text, kept raw to be served verbatim.
+fn json_column(text: String) -> Result<Box<RawValue>, StoreError> {
+    RawValue::from_string(text).map_err(|e| StoreError::Internal(format!("stored JSON: {e}")))
+}

@@ -1,0 +1,84 @@
+//! Which database the integration tests run their servers on: a SQLite file by default, or
+//! PostgreSQL when `GATEHOUSE_TEST_DATABASE_URL` names a server (a throwaway cluster: `.ci/test`
+//! starts one under `target/`). The tests name a database by a path in their temporary
+//! directory, as they always have; on PostgreSQL that path stands for a database of its own
+//! (created on first use, so a restart on the same path finds the same database), with its
+//! server key in a file beside the path.
+
+use std::path::Path;
+use std::sync::LazyLock;
+
+use gatehouse::ServeArgs;
+use sha2::Digest;
+
+/// The PostgreSQL server the tests use, if any: a URL whose user may create databases.
+static POSTGRES: LazyLock<Option<String>> =
+    LazyLock::new(|| std::env::var("GATEHOUSE_TEST_DATABASE_URL").ok().filter(|url| !url.trim().is_empty()));
+
+/// Whether the servers of this run are on PostgreSQL.
+pub fn on_postgres() -> bool {
+    POSTGRES.is_some()
+}
+
+/// For tests of what only SQLite has (its files, its lock, its writer hook): `true`, after saying
+/// so, when this run is on PostgreSQL and the test should return at once.
+pub fn sqlite_only(what: &str) -> bool {
+    if on_postgres() {
+        eprintln!("skipped on PostgreSQL: {what} is SQLite's own");
+    }
+    on_postgres()
+}
+
+/// The `serve` flags that put a server's database at `db`.
+pub fn flags(db: &Path) -> Vec<String> {
+    match &*POSTGRES {
+        None => vec!["--db".into(), db.display().to_string()],
+        Some(admin) => {
+            let (url, key) = postgres_database(admin, db);
+            vec!["--database-url".into(), url, "--secret-file".into(), key.display().to_string()]
+        }
+    }
+}
+
+/// Points `args` at the database for `db`.
+pub async fn configure(args: &mut ServeArgs, db: &Path) {
+    if let Some(admin) = &*POSTGRES {
+        let (admin, db) = (admin.clone(), db.to_owned());
+        let (url, key) = tokio::task::spawn_blocking(move || postgres_database(&admin, &db)).await.expect("setup");
+        args.database_url = Some(url);
+        args.secret_file = Some(key);
+    }
+}
+
+/// The URL of the PostgreSQL database standing for `db` (created if missing), and its key file.
+fn postgres_database(admin: &str, db: &Path) -> (String, std::path::PathBuf) {
+    let digest = sha2::Sha256::digest(db.as_os_str().as_encoded_bytes());
+    let name: String = format!("gh_{}", digest.iter().take(10).map(|b| format!("{b:02x}")).collect::<String>());
+    let mut url = url::Url::parse(admin).expect("GATEHOUSE_TEST_DATABASE_URL is a URL");
+    url.set_path(&format!("/{name}"));
+    let key = db.with_extension("key");
+    if !key.exists() {
+        let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        std::fs::write(&key, secret).expect("write the test's server key");
+    }
+    // Its own thread and runtime: this runs from synchronous helpers and from inside tests' own
+    // runtimes alike.
+    let admin = admin.to_owned();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                .await
+                .expect("connect to GATEHOUSE_TEST_DATABASE_URL");
+            tokio::spawn(connection);
+            match client.batch_execute(&format!("CREATE DATABASE {name}")).await {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => {}
+                Err(e) => panic!("CREATE DATABASE {name}: {e}"),
+            }
+        });
+    })
+    .join()
+    .expect("create the test database");
+    (url.to_string(), key)
+}
