@@ -275,7 +275,8 @@ pub struct ServeArgs {
     pub max_streams_per_token: u32,
 
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
-    /// the writer before every transaction.
+    /// the writer before every transaction. Only in builds with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
     pub fault_file: Option<PathBuf>,
 

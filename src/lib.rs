@@ -56,6 +56,7 @@ pub fn open_store(args: &ServeArgs) -> Result<Store, OpenError> {
         path: args.db.clone(),
         durability: args.sync.into(),
         before_commit: args.hooks.before_commit.clone(),
+        #[cfg(feature = "fault-injection")]
         fault_file: args.fault_file.clone(),
     })
 }
