@@ -155,6 +155,12 @@ pub fn router(state: AppState) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         // Every answer, errors included, is what its Content-Type says and nothing else.
         .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
+        // API answers are one caller's view at one moment (and may name its gates or tokens): no
+        // cache, shared or private, may keep them. Pages, files and streams set their own.
+        .layer(SetResponseHeaderLayer::if_not_present(header::CACHE_CONTROL, |response: &Response| {
+            let json = response.headers().get(header::CONTENT_TYPE).is_some_and(|ct| extract::is_json(ct.as_bytes()));
+            json.then_some(HeaderValue::from_static("no-store"))
+        }))
         // Outermost: whatever logs a request or response later shows these as redacted.
         .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
