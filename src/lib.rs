@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use auth::{Auth, Security};
 pub use config::ServeArgs;
 pub use http::router;
-use http::{AppState, Handles, Limits, StallGuardListener};
+use http::{AppState, ConnectionLimits, Handles, Limits, ReadTimeouts};
 use store::{OpenError, Store, StoreConfig};
 
 /// Why `serve` stopped with an error.
@@ -43,6 +43,8 @@ pub enum ServeError {
     Webhooks(webhook::WebhookError),
     #[error(transparent)]
     Security(#[from] auth::SecurityError),
+    #[error(transparent)]
+    OpenFiles(#[from] http::OpenFileLimitError),
 }
 
 /// How long shutdown waits for in-flight requests (a client still sending its body, say) before
@@ -59,6 +61,12 @@ pub fn open_store(args: &ServeArgs) -> Result<Store, OpenError> {
         #[cfg(feature = "fault-injection")]
         fault_file: args.fault_file.clone(),
     })
+}
+
+/// Raises the open-file limit to the hard limit; refuses a limit that cannot hold
+/// `--max-connections` (plus the descriptors the server needs besides).
+pub fn raise_open_file_limit(args: &ServeArgs) -> Result<u64, ServeError> {
+    Ok(http::raise_open_file_limit(args.max_connections)?)
 }
 
 /// Reads the security flags, opens the store and runs the server on `listener` until
@@ -85,6 +93,10 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     // The listener actually served, not only the flag, must pass the fail-secure bind.
     let address = listener.local_addr()?;
+    if let Err(e) = raise_open_file_limit(&args) {
+        store.shutdown().await;
+        return Err(e);
+    }
     if let Err(e) = auth::check_exposure(address, !security.is_open(), &args) {
         store.shutdown().await;
         return Err(e.into());
@@ -116,6 +128,9 @@ pub async fn run(
         store: store.clone(),
         limits: Limits {
             max_body: args.max_body,
+            max_unauthenticated_body: args.max_unauthenticated_body,
+            body_idle_timeout: args.body_idle_timeout,
+            body_timeout: args.body_timeout,
             heartbeat: args.heartbeat,
             max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
             max_open_gates: args.max_open_gates as usize,
@@ -136,27 +151,19 @@ pub async fn run(
         tracing::info!("shutting down");
         signal.cancel();
     });
-    let listener = StallGuardListener::new(listener, args.stream_stall);
-    // A `Router` served directly is cloned route by route for every connection (axum turns its
-    // handlers into services per connection), tens of KiB each; a make-service hands each
-    // connection a cheap shared handle instead. The handlers were already turned into services
-    // when the router got its state.
-    let server = axum::serve(listener, router(state).into_make_service())
-        .with_graceful_shutdown(token.clone().cancelled_owned());
-    let grace = async {
-        token.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    let limits = ConnectionLimits {
+        max_connections: args.max_connections as usize,
+        max_unauthenticated_per_address: args.max_unauthenticated_per_address as usize,
+        read_timeouts: ReadTimeouts { header: args.header_timeout, keep_alive: args.keep_alive_timeout },
+        stream_stall: args.stream_stall,
+        open_mode: state.auth.security.is_open(),
     };
-    let served = tokio::select! {
-        served = server => served,
-        () = grace => {
-            tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
-            Ok(())
-        }
-    };
+    // One router for every connection: its handlers became services once, when it got its state
+    // (axum's `Router` served per connection would clone the route table, tens of KiB, each time).
+    let app = router(state);
+    http::serve(listener, app, limits, token.clone(), SHUTDOWN_GRACE).await;
     // Whatever ended the server, the writer still drains and the database closes cleanly.
     token.cancel();
     store.shutdown().await;
-    served?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! route table is the router's only source, so the OpenAPI drift test can compare the two.
 
 mod assets;
+mod connection;
 mod events;
 mod extract;
 mod gates;
@@ -11,11 +12,12 @@ mod links;
 mod login;
 mod loops;
 mod meta;
+mod server;
 mod sse;
-mod stall;
 mod webhooks;
 
-pub use stall::StallGuardListener;
+pub use connection::ReadTimeouts;
+pub use server::{ConnectionLimits, OpenFileLimitError, raise_open_file_limit, serve};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,15 +38,22 @@ use tower_http::sensitive_headers::{SetSensitiveRequestHeadersLayer, SetSensitiv
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::auth::{Access, Auth};
+use crate::auth::{Access, Auth, Caller};
 use crate::error::ApiError;
 use crate::store::Store;
+use connection::Authenticate;
 
 /// Limits that handlers enforce.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest accepted request body, in bytes.
     pub max_body: usize,
+    /// Largest body of a request without a token or login cookie (`--max-unauthenticated-body`).
+    pub max_unauthenticated_body: usize,
+    /// A request body that brings no new byte for this long gets 408.
+    pub body_idle_timeout: Duration,
+    /// A request body not whole this long after its head gets 408.
+    pub body_timeout: Duration,
     /// How often streams send `: ping`.
     pub heartbeat: Duration,
     /// The longest timeout a policy may ask for, in nanoseconds.
@@ -128,10 +137,17 @@ pub fn route_table() -> Vec<(Method, &'static str, Access)> {
 /// The whole application, ready to serve.
 pub fn router(state: AppState) -> Router {
     let cors = cors(state.auth.security.cors_origins());
+    let credentials = !state.auth.security.is_open();
     let mut router = Router::new();
     for route in routes() {
         let guarded = guard::GuardState { auth: Arc::clone(&state.auth), access: route.access };
-        let handler = route.handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard));
+        let mut handler = route.handler;
+        if credentials {
+            // Behind the guard: a request it let through with a token or login cookie
+            // authenticates its connection (see `connection`).
+            handler = handler.layer(axum::middleware::map_request(authenticates_connection));
+        }
+        let handler = handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard));
         // Routes sharing a path merge their methods.
         router = router.route(route.path, handler);
     }
@@ -164,6 +180,17 @@ pub fn router(state: AppState) -> Router {
         // Outermost: whatever logs a request or response later shows these as redacted.
         .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+}
+
+/// Marks the request's connection authenticated when the guard let it through with a token or
+/// its login cookie.
+async fn authenticates_connection(req: Request) -> Request {
+    if let (Some(Caller::Token(_)), Some(connection)) =
+        (req.extensions().get::<Caller>(), req.extensions().get::<Authenticate>())
+    {
+        connection.authenticated();
+    }
+    req
 }
 
 /// Cross-origin access for the listed origins only, with credentials; never a wildcard. With

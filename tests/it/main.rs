@@ -9,6 +9,7 @@ mod cli;
 mod conformance;
 mod contract;
 mod durability;
+mod exhaustion;
 mod faults;
 mod gates;
 mod helpers;
