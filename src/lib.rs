@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use auth::{Auth, Security};
@@ -47,8 +48,8 @@ pub enum ServeError {
     OpenFiles(#[from] http::OpenFileLimitError),
 }
 
-/// How long shutdown waits for in-flight requests (a client still sending its body, say) before
-/// closing their connections anyway.
+/// How long shutdown waits for in-flight requests (a client still sending its body, say) and for
+/// webhook requests in flight before closing their connections anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// Opens the store for `args`: takes the database lock, migrates, starts the writer. Call it
@@ -116,7 +117,8 @@ pub async fn run(
     if let Some(slot) = &args.hooks.armed {
         let _ = slot.set(armed);
     }
-    let webhook_secret = match webhook::start(&args, address, &store, token.clone()).await {
+    let mut deliveries = JoinSet::new();
+    let webhook_secret = match webhook::start(&args, address, &store, token.clone(), &mut deliveries).await {
         Ok(secret) => secret,
         Err(e) => {
             token.cancel();
@@ -161,9 +163,28 @@ pub async fn run(
     // One router for every connection: its handlers became services once, when it got its state
     // (axum's `Router` served per connection would clone the route table, tens of KiB, each time).
     let app = router(state);
-    http::serve(listener, app, limits, token.clone(), SHUTDOWN_GRACE).await;
-    // Whatever ended the server, the writer still drains and the database closes cleanly.
-    token.cancel();
+    let http = async {
+        http::serve(listener, app, limits, token.clone(), SHUTDOWN_GRACE).await;
+        token.cancel();
+    };
+    tokio::join!(http, finish_deliveries(deliveries, &token));
+    // The writer drains what is queued (deliveries just recorded included); the database closes.
     store.shutdown().await;
     Ok(())
+}
+
+/// From shutdown on, waits up to `SHUTDOWN_GRACE` for the webhook requests in flight to be
+/// answered and recorded (each delivery task ends after the request it is in), so a restart does
+/// not send them again; a delivery still unanswered then is cancelled and sent again at the next
+/// start.
+async fn finish_deliveries(mut deliveries: JoinSet<()>, shutdown: &CancellationToken) {
+    shutdown.cancelled().await;
+    let finished = tokio::time::timeout(SHUTDOWN_GRACE, async { while deliveries.join_next().await.is_some() {} });
+    if finished.await.is_err() {
+        tracing::warn!(
+            "webhook requests still unanswered {SHUTDOWN_GRACE:?} after shutdown began; cancelled (they are sent \
+             again at the next start)"
+        );
+        deliveries.abort_all();
+    }
 }

@@ -24,13 +24,15 @@ pub enum WebhookError {
     Store(#[from] StoreError),
 }
 
-/// Reads the secret, checks the endpoints and starts one delivery task per enabled endpoint.
-/// Returns the secret, which also verifies signed answers.
+/// Reads the secret, checks the endpoints and starts one delivery task per enabled endpoint, in
+/// `deliveries` (so that shutdown can wait for the requests in flight). Returns the secret, which
+/// also verifies signed answers.
 pub async fn start(
     args: &ServeArgs,
     address: SocketAddr,
     store: &Store,
     shutdown: CancellationToken,
+    deliveries: &mut tokio::task::JoinSet<()>,
 ) -> Result<Option<Arc<Secret>>, WebhookError> {
     let secret = match &args.webhook_secret_file {
         None => None,
@@ -88,7 +90,7 @@ pub async fn start(
         if endpoint.disabled {
             tracing::warn!(url = %endpoint.url, "webhook endpoint is disabled (it answered 410); --webhook-reenable to resume");
         } else {
-            tokio::spawn(delivery.clone().run(endpoint.url));
+            deliveries.spawn(delivery.clone().run(endpoint.url));
         }
     }
     Ok(Some(secret))
