@@ -153,6 +153,14 @@ pub async fn run(
         tracing::info!("shutting down");
         signal.cancel();
     });
+    if args.max_streams > args.max_connections {
+        tracing::warn!(
+            "--max-streams ({}) is above --max-connections ({}): every stream is a connection, so connections run \
+             out first and streams past them are closed at once instead of getting 503",
+            args.max_streams,
+            args.max_connections
+        );
+    }
     let limits = ConnectionLimits {
         max_connections: args.max_connections as usize,
         max_unauthenticated_per_address: args.max_unauthenticated_per_address as usize,

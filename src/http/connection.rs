@@ -8,7 +8,9 @@
 //! connection may stay silent between requests for `--keep-alive-timeout`. Past either, the read
 //! fails and hyper drops the connection. From a request's head until its response has been
 //! handed to hyper nothing times out here: streams and long-polls last as long as they need, and
-//! request bodies have timeouts of their own (`extract`), which answer with a JSON 408.
+//! request bodies have timeouts of their own (`extract`), which answer with a JSON 408. A
+//! response still being flushed after that is not silence either: sent bytes restart the
+//! keep-alive clock.
 //!
 //! **Writes.** A slow SSE client never blocks the writer (streams pull from the ring and the
 //! database), but its socket would stay open forever: hyper stops polling a response body while
@@ -100,6 +102,15 @@ impl Connection {
         }
     }
 
+    /// Bytes went out: a response still being flushed after hyper took its last frame is not
+    /// silence, so the keep-alive clock starts over.
+    fn bytes_sent(&self) {
+        let mut phase = self.phase();
+        if let Phase::Idle(_) = *phase {
+            *phase = Phase::Idle(Instant::now());
+        }
+    }
+
     fn request_started(&self) {
         *self.phase() = Phase::Busy;
     }
@@ -169,10 +180,15 @@ impl ConnectionIo {
         }
     }
 
-    fn guard_write<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    /// A write went through (bytes out are not silence), or waits; one that has waited `stall`
+    /// fails: the peer stopped reading.
+    fn guard_write<T: Written>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match polled {
             Poll::Ready(result) => {
                 self.write_pending_since = None;
+                if result.as_ref().is_ok_and(Written::any) {
+                    self.connection.bytes_sent();
+                }
                 Poll::Ready(result)
             }
             Poll::Pending => {
@@ -187,6 +203,23 @@ impl ConnectionIo {
                 }
             }
         }
+    }
+}
+
+/// What a successful write operation reports: bytes written (a flush writes none of its own).
+trait Written {
+    fn any(&self) -> bool;
+}
+
+impl Written for usize {
+    fn any(&self) -> bool {
+        *self > 0
+    }
+}
+
+impl Written for () {
+    fn any(&self) -> bool {
+        false
     }
 }
 
@@ -315,5 +348,65 @@ impl Drop for ResponseBody {
         if let Some(connection) = self.connection.take() {
             connection.response_finished();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::server::AddressBudget;
+
+    fn connection() -> (Arc<AddressBudget>, Connection) {
+        let budget = Arc::new(AddressBudget::new(1));
+        let slot = budget.admit("127.0.0.1".parse().unwrap()).unwrap();
+        let timeouts = ReadTimeouts { header: Duration::from_secs(10), keep_alive: Duration::from_secs(60) };
+        (budget, Connection::new(slot, timeouts))
+    }
+
+    fn due_in(connection: &Connection) -> Option<Duration> {
+        connection.read_deadline().map(|(at, _)| at.saturating_duration_since(Instant::now()))
+    }
+
+    #[tokio::test]
+    async fn what_a_read_may_wait_for_follows_the_request_cycle() {
+        let (_budget, connection) = connection();
+        // A new connection has the header timeout from the accept, however it trickles.
+        let opened = connection.read_deadline().unwrap().0;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        connection.bytes_arrived();
+        assert_eq!(connection.read_deadline().unwrap().0, opened);
+        // While a request is handled, nothing.
+        connection.request_started();
+        assert_eq!(due_in(&connection), None);
+        connection.bytes_arrived();
+        assert_eq!(due_in(&connection), None);
+        // Between requests, the keep-alive timeout; bytes sent (a response still flushing)
+        // start it over.
+        connection.response_finished();
+        let idle = connection.read_deadline().unwrap().0;
+        assert!(due_in(&connection).unwrap() > Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        connection.bytes_sent();
+        assert!(connection.read_deadline().unwrap().0 > idle);
+        // The next head's first byte starts the header timeout.
+        connection.bytes_arrived();
+        assert!(due_in(&connection).unwrap() <= Duration::from_secs(10));
+        let head = connection.read_deadline().unwrap().0;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        connection.bytes_sent();
+        connection.bytes_arrived();
+        assert_eq!(connection.read_deadline().unwrap().0, head, "more of the head does not extend it");
+    }
+
+    #[tokio::test]
+    async fn authenticating_gives_the_address_slot_back_once() {
+        let (budget, connection) = connection();
+        let ip = "127.0.0.1".parse().unwrap();
+        assert!(budget.admit(ip).is_none(), "the address is at its budget of one");
+        connection.authenticated();
+        let next = budget.admit(ip).expect("the slot came back");
+        connection.end();
+        assert!(budget.admit(ip).is_none(), "ending an authenticated connection gives nothing back twice");
+        drop(next);
     }
 }

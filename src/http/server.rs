@@ -267,13 +267,13 @@ impl From<IpAddr> for ClientKey {
 
 /// Unauthenticated connections per client address. Only addresses that hold one are in the
 /// map, so it is never larger than the number of open connections.
-struct AddressBudget {
+pub(super) struct AddressBudget {
     cap: usize,
     held: Mutex<HashMap<ClientKey, usize>>,
 }
 
 impl AddressBudget {
-    fn new(cap: usize) -> Self {
+    pub(super) fn new(cap: usize) -> Self {
         Self { cap, held: Mutex::default() }
     }
 
@@ -283,7 +283,7 @@ impl AddressBudget {
     }
 
     /// A place for one more unauthenticated connection from `ip`, if the address has one left.
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+    pub(super) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
         let key = ClientKey::from(ip);
         let mut held = self.held();
         let count = held.entry(key).or_insert(0);
