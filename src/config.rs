@@ -260,6 +260,42 @@ pub struct ServeArgs {
     #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub max_streams: u32,
 
+    /// Most connections open at once, streams included; past it a new connection is closed at
+    /// once. Each takes a file descriptor: the open-file limit must hold this many plus 256.
+    #[arg(long, env = "GATEHOUSE_MAX_CONNECTIONS", default_value_t = 16_384, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub max_connections: u32,
+
+    /// Most connections one client address (an IPv6 /64) may hold before they authenticate: until
+    /// a request passes with a token or login cookie (without a tokens file, until a request head
+    /// arrives whole). Past it, that address's new connections are closed at once.
+    #[arg(long, env = "GATEHOUSE_MAX_UNAUTHENTICATED_PER_ADDRESS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub max_unauthenticated_per_address: u32,
+
+    /// Close a connection whose request head has not arrived whole this long after its first
+    /// byte (after the connection opened, for its first request).
+    #[arg(long, env = "GATEHOUSE_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// Close a kept-alive connection that sends nothing for this long between requests.
+    #[arg(long, env = "GATEHOUSE_KEEP_ALIVE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub keep_alive_timeout: Duration,
+
+    /// `408 request_timeout` (and the connection closed) when a request body brings no new byte
+    /// for this long.
+    #[arg(long, env = "GATEHOUSE_BODY_IDLE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub body_idle_timeout: Duration,
+
+    /// `408 request_timeout` (and the connection closed) when a request body has not arrived
+    /// whole this long after its head.
+    #[arg(long, env = "GATEHOUSE_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+
+    /// Largest body of a request made without a token or login cookie, read before anything can
+    /// vouch for it: signed answers (their signature covers the body), answer links and, with a
+    /// tokens file, the login. Bytes, or with a KiB/MiB suffix.
+    #[arg(long, env = "GATEHOUSE_MAX_UNAUTHENTICATED_BODY", default_value = "64KiB", value_parser = parse_size)]
+    pub max_unauthenticated_body: usize,
+
     /// The longest `response_policy.timeout` a gate may ask for.
     #[arg(long, env = "GATEHOUSE_MAX_TIMEOUT", default_value = "7d", value_parser = parse_duration)]
     pub max_timeout: Duration,
@@ -333,7 +369,8 @@ pub struct ServeArgs {
     pub max_streams_per_token: u32,
 
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
-    /// the writer before every transaction.
+    /// the writer before every transaction. Only in builds with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, env = "GATEHOUSE_FAULT_FILE", hide = true)]
     pub fault_file: Option<PathBuf>,
 }
@@ -360,6 +397,13 @@ impl fmt::Debug for ServeArgs {
             .field("heartbeat", &self.heartbeat)
             .field("stream_stall", &self.stream_stall)
             .field("max_streams", &self.max_streams)
+            .field("max_connections", &self.max_connections)
+            .field("max_unauthenticated_per_address", &self.max_unauthenticated_per_address)
+            .field("header_timeout", &self.header_timeout)
+            .field("keep_alive_timeout", &self.keep_alive_timeout)
+            .field("body_idle_timeout", &self.body_idle_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("max_unauthenticated_body", &self.max_unauthenticated_body)
             .field("max_timeout", &self.max_timeout)
             .field("max_open_gates", &self.max_open_gates)
             .field("webhook_urls", &self.webhook_urls)

@@ -42,6 +42,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("the request body must be application/json")]
     UnsupportedMediaType,
+    /// The body did not arrive in time; the connection is closed after this answer.
+    #[error("{0}")]
+    RequestTimeout(String),
     #[error("{what}; retry in {retry_after} s")]
     RateLimited { what: &'static str, retry_after: u64 },
     #[error("{0}; retry later")]
@@ -70,6 +73,7 @@ impl ApiError {
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::RequestTimeout(_) => "request_timeout",
             Self::RateLimited { .. } => "rate_limited",
             Self::GateCapacity(_) => "gate_capacity",
             Self::StorageUnavailable(_) => "storage_unavailable",
@@ -88,6 +92,7 @@ impl ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::GateNotFound | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::GateNotReady(_) | Self::GateConflict(_) | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -98,7 +103,10 @@ impl ApiError {
     }
 
     pub fn retryable(&self) -> bool {
-        matches!(self, Self::RateLimited { .. } | Self::GateCapacity(_) | Self::StorageUnavailable(_))
+        matches!(
+            self,
+            Self::RequestTimeout(_) | Self::RateLimited { .. } | Self::GateCapacity(_) | Self::StorageUnavailable(_)
+        )
     }
 
     /// A malformed body without field details.
@@ -166,8 +174,16 @@ impl IntoResponse for ApiError {
         let json = serde_json::to_vec(&body).expect("error envelopes serialise");
         let mut response = (self.status(), json).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Self::RateLimited { retry_after, .. } = self {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        match self {
+            Self::RateLimited { retry_after, .. } => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            }
+            // The rest of the body may still be on its way: the connection cannot carry another
+            // request.
+            Self::RequestTimeout(_) => {
+                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
         }
         response
     }

@@ -31,7 +31,7 @@ use auth::{Auth, Security};
 use bus::Bus;
 pub use config::ServeArgs;
 pub use http::router;
-use http::{AppState, Handles, Limits, PageReads, StallGuardListener};
+use http::{AppState, ConnectionLimits, Handles, Limits, PageReads, ReadTimeouts};
 use store::{BeforeCommit, DatabaseUrl, OpenError, Opened, PgBeforeCommit, PgSettings, SqliteSettings, StoreSettings};
 use supervise::Supervisor;
 use timer::Armed;
@@ -49,10 +49,12 @@ pub enum ServeError {
     Webhooks(webhook::WebhookError),
     #[error(transparent)]
     Security(#[from] auth::SecurityError),
+    #[error(transparent)]
+    OpenFiles(#[from] http::OpenFileLimitError),
 }
 
-/// How long shutdown waits for in-flight requests (a client still sending its body, say) before
-/// closing their connections anyway.
+/// How long shutdown waits for in-flight requests (a client still sending its body, say) and for
+/// webhook requests in flight before closing their connections anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// Hooks only tests set (never from the command line).
@@ -87,6 +89,7 @@ pub fn store_settings(args: &ServeArgs, hooks: &Hooks) -> Result<StoreSettings, 
             durability: args.sync.into(),
             key_file: args.secret_file.clone(),
             before_commit: hooks.before_commit.clone(),
+            #[cfg(feature = "fault-injection")]
             fault_file: args.fault_file.clone(),
         }),
     })
@@ -97,6 +100,12 @@ pub fn store_settings(args: &ServeArgs, hooks: &Hooks) -> Result<StoreSettings, 
 /// the same SQLite file is refused for the right reason.
 pub async fn open_store(args: &ServeArgs, hooks: &Hooks) -> Result<Opened, OpenError> {
     store::Store::open(store_settings(args, hooks)?, http::enduring_frame).await
+}
+
+/// Raises the open-file limit to the hard limit; refuses a limit that cannot hold
+/// `--max-connections` (plus the descriptors the server needs besides).
+pub fn raise_open_file_limit(args: &ServeArgs) -> Result<u64, ServeError> {
+    Ok(http::raise_open_file_limit(args.max_connections)?)
 }
 
 /// A server that is running: what tests and embedders may look at, and how to wait for its end.
@@ -166,6 +175,10 @@ pub async fn run(
         Stopping { token: token.clone(), store: store.clone(), tasks: [Arc::clone(&tasks), Arc::clone(&store_tasks)] };
     // The listener actually served, not only the flag, must pass the fail-secure bind.
     let address = listener.local_addr()?;
+    if let Err(e) = raise_open_file_limit(&args) {
+        stopping.stop().await;
+        return Err(e);
+    }
     if let Err(e) = auth::check_exposure(address, !security.is_open(), &args) {
         stopping.stop().await;
         return Err(e.into());
@@ -194,6 +207,9 @@ pub async fn run(
         tasks: [tasks, store_tasks],
         limits: Limits {
             max_body: args.max_body,
+            max_unauthenticated_body: args.max_unauthenticated_body,
+            body_idle_timeout: args.body_idle_timeout,
+            body_timeout: args.body_timeout,
             heartbeat: args.heartbeat,
             max_timeout_nanos: i64::try_from(args.max_timeout.as_nanos()).unwrap_or(i64::MAX),
             max_open_gates: args.max_open_gates as usize,
@@ -220,29 +236,29 @@ pub async fn run(
         tracing::info!("shutting down");
         signal.cancel();
     });
-    let listener = StallGuardListener::new(listener, args.stream_stall);
-    // A `Router` served directly is cloned route by route for every connection (axum turns its
-    // handlers into services per connection), tens of KiB each; a make-service hands each
-    // connection a cheap shared handle instead. The handlers were already turned into services
-    // when the router got its state.
-    let server = axum::serve(listener, router(state).into_make_service())
-        .with_graceful_shutdown(token.clone().cancelled_owned());
+    if args.max_streams > args.max_connections {
+        tracing::warn!(
+            "--max-streams ({}) is above --max-connections ({}): every stream is a connection, so connections run \
+             out first and streams past them are closed at once instead of getting 503",
+            args.max_streams,
+            args.max_connections
+        );
+    }
+    let limits = ConnectionLimits {
+        max_connections: args.max_connections as usize,
+        max_unauthenticated_per_address: args.max_unauthenticated_per_address as usize,
+        read_timeouts: ReadTimeouts { header: args.header_timeout, keep_alive: args.keep_alive_timeout },
+        stream_stall: args.stream_stall,
+        open_mode: state.auth.security.is_open(),
+    };
+    // One router for every connection: its handlers became services once, when it got its state
+    // (axum's `Router` served per connection would clone the route table, tens of KiB, each time).
+    let app = router(state);
     let served = tokio::spawn(async move {
-        let grace = async {
-            token.cancelled().await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        };
-        let served = tokio::select! {
-            served = server => served,
-            () = grace => {
-                tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
-                Ok(())
-            }
-        };
-        // Whatever ended the server, the background tasks stop, the writer drains and the
-        // database closes cleanly.
+        http::serve(listener, app, limits, token.clone(), SHUTDOWN_GRACE).await;
+        // Whatever ended the server, the background tasks stop (a webhook request in flight is
+        // answered first, within the grace), the writer drains and the database closes cleanly.
         stopping.stop().await;
-        served?;
         Ok(())
     });
     Ok(Running { address, bus, armed, served })
@@ -260,8 +276,13 @@ struct Stopping {
 impl Stopping {
     async fn stop(&self) {
         self.token.cancel();
-        self.tasks[0].wait().await;
+        if !self.tasks[0].wait(Some(SHUTDOWN_GRACE)).await {
+            tracing::warn!(
+                "webhook requests still unanswered {SHUTDOWN_GRACE:?} after shutdown began; cancelled (they are sent \
+                 again at the next start)"
+            );
+        }
         self.store.shutdown().await;
-        self.tasks[1].wait().await;
+        self.tasks[1].wait(None).await;
     }
 }

@@ -44,7 +44,13 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
-    // Flags that would expose the server are refused before anything else happens.
+    // An open-file limit that cannot hold the connection cap is refused before anything else
+    // happens (`run` checks again, for embedders).
+    if let Err(e) = gatehouse::raise_open_file_limit(&args) {
+        eprintln!("gatehouse: {e}");
+        return ExitCode::FAILURE;
+    }
+    // Flags that would expose the server are refused next.
     let security = match gatehouse::auth::Security::load(&args) {
         Ok(security) => security,
         Err(e) => {

@@ -4,16 +4,17 @@
 //! sending requests to a replica that can no longer do its job.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::FutureExt;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Spawns and watches the background tasks.
 pub struct Supervisor {
-    tracker: TaskTracker,
+    tasks: Mutex<JoinSet<()>>,
     failed: Arc<AtomicBool>,
     shutdown: CancellationToken,
 }
@@ -21,13 +22,13 @@ pub struct Supervisor {
 impl Supervisor {
     /// Tasks are expected to end once `shutdown` is cancelled, and only then.
     pub fn new(shutdown: CancellationToken) -> Self {
-        Self { tracker: TaskTracker::new(), failed: Arc::default(), shutdown }
+        Self { tasks: Mutex::default(), failed: Arc::default(), shutdown }
     }
 
     /// Runs `task` under watch.
     pub fn spawn(&self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
         let (failed, shutdown) = (Arc::clone(&self.failed), self.shutdown.clone());
-        self.tracker.spawn(async move {
+        self.tasks.lock().expect("tasks").spawn(async move {
             let ended = std::panic::AssertUnwindSafe(task).catch_unwind().await;
             if shutdown.is_cancelled() {
                 return;
@@ -45,10 +46,25 @@ impl Supervisor {
         !self.failed.load(Ordering::Relaxed)
     }
 
-    /// Waits for every task to end (after shutdown was cancelled).
-    pub async fn wait(&self) {
-        self.tracker.close();
-        self.tracker.wait().await;
+    /// Waits for every task to end (after shutdown was cancelled); with a `grace`, cancels those
+    /// still running after it, and says so. `false` when some had to be cancelled.
+    pub async fn wait(&self, grace: Option<Duration>) -> bool {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().expect("tasks"));
+        let all = async { while tasks.join_next().await.is_some() {} };
+        match grace {
+            None => {
+                all.await;
+                true
+            }
+            Some(grace) => {
+                let ended = tokio::time::timeout(grace, all).await.is_ok();
+                if !ended {
+                    tasks.abort_all();
+                    while tasks.join_next().await.is_some() {}
+                }
+                ended
+            }
+        }
     }
 }
 
@@ -64,7 +80,7 @@ mod tests {
         supervisor.spawn("lasting", async move { until.cancelled().await });
         assert!(supervisor.healthy());
         supervisor.spawn("failing", async { panic!("a bug") });
-        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        tokio::time::timeout(Duration::from_secs(5), async {
             while supervisor.healthy() {
                 tokio::task::yield_now().await;
             }
@@ -72,6 +88,15 @@ mod tests {
         .await
         .expect("the panic is noticed");
         shutdown.cancel();
-        tokio::time::timeout(std::time::Duration::from_secs(5), supervisor.wait()).await.expect("all tasks end");
+        assert!(tokio::time::timeout(Duration::from_secs(5), supervisor.wait(None)).await.expect("all tasks end"));
+    }
+
+    #[tokio::test]
+    async fn tasks_past_the_grace_are_cancelled() {
+        let shutdown = CancellationToken::new();
+        let supervisor = Supervisor::new(shutdown.clone());
+        supervisor.spawn("stubborn", std::future::pending());
+        shutdown.cancel();
+        assert!(!supervisor.wait(Some(Duration::from_millis(10))).await, "cut off after the grace");
     }
 }

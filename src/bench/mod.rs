@@ -148,6 +148,12 @@ impl Plan {
         self.idle_streams + self.fanout_streams + self.stuck_streams + 2 * WARM_STREAMS
     }
 
+    /// Connections gatehouse must allow at once (`--max-connections`): every stream, the racers,
+    /// the answerers, and room for the probes between them.
+    fn max_connections(&self) -> usize {
+        self.max_streams() + self.racers + self.concurrency + 128
+    }
+
     fn sizes(&self, frame_bytes: usize) -> serde_json::Value {
         json!({
             "runs": self.runs, "throughput_run_ms": self.duration.as_millis() as u64,
@@ -207,7 +213,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     // Thousands of streams need thousands of descriptors, here and in the servers (children
     // inherit the raised limit).
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) if limit < (plan.max_streams() + plan.racers) as u64 => {
+        Ok(limit) if limit < plan.max_connections() as u64 => {
             eprintln!("gatehouse bench: only {limit} open files allowed; the stream figures may fail");
         }
         Ok(_) => {}
@@ -257,7 +263,8 @@ fn write(path: &Path, text: &str) -> bool {
 async fn measure(plan: &Plan, sync: SyncMode) -> Result<(Samples, usize), BenchError> {
     let dir = tempfile::Builder::new().prefix("gatehouse-bench-").tempdir()?;
     let mut samples = Samples::default();
-    let gatehouse = Server::gatehouse(&dir.path().join("gatehouse.db"), sync, plan.max_streams()).await?;
+    let gatehouse =
+        Server::gatehouse(&dir.path().join("gatehouse.db"), sync, plan.max_streams(), plan.max_connections()).await?;
     let ceiling = Server::ceiling().await?;
     let frame_bytes = gate::resolved_frame_bytes(gatehouse.addr).await?;
 
@@ -310,7 +317,7 @@ async fn measure(plan: &Plan, sync: SyncMode) -> Result<(Samples, usize), BenchE
         let bare = Server::ceiling().await?;
         samples.add("ceilings.sse_raw_idle_bytes_per_conn", idle_bytes_per_stream(&bare, "/sse", plan).await?);
         let db = dir.path().join(format!("idle-{run}.db"));
-        let gatehouse = Server::gatehouse(&db, sync, plan.max_streams()).await?;
+        let gatehouse = Server::gatehouse(&db, sync, plan.max_streams(), plan.max_connections()).await?;
         samples.add("gate.sse_idle_bytes_per_conn", idle_bytes_per_stream(&gatehouse, "/v1/events", plan).await?);
     }
     Ok((samples, frame_bytes))

@@ -25,8 +25,16 @@ pub struct Server {
 
 impl Server {
     /// `gatehouse serve` in open mode on loopback (no tokens file, so no credentials needed).
-    pub async fn gatehouse(db: &Path, sync: SyncMode, max_streams: usize) -> Result<Self, BenchError> {
+    /// The bench is one client address that opens every connection at once (the racers connect
+    /// before any of them sends), so its address may hold all of them before they send a head.
+    pub async fn gatehouse(
+        db: &Path,
+        sync: SyncMode,
+        max_streams: usize,
+        max_connections: usize,
+    ) -> Result<Self, BenchError> {
         let max_streams = max_streams.to_string();
+        let max_connections = max_connections.to_string();
         let mut command = Self::command();
         command.args([
             "serve",
@@ -36,6 +44,10 @@ impl Server {
             sync.as_str(),
             "--max-streams",
             &max_streams,
+            "--max-connections",
+            &max_connections,
+            "--max-unauthenticated-per-address",
+            &max_connections,
             "--db",
         ]);
         command.arg(db);

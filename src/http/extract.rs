@@ -1,19 +1,29 @@
 //! Our own extractors, so every rejection uses the JSON error envelope and the check order of
 //! spec §4.5 holds: path/query 400 → media type 415 → size 413 → JSON 400.
+//!
+//! Request bodies are read here, under two clocks (`--body-idle-timeout` without a new byte,
+//! `--body-timeout` in all; past either, `408 request_timeout` and the connection closes) and
+//! under a size limit that depends on who is asking: `--max-body` for a request the guard let
+//! through with a token or login cookie (and in open mode), `--max-unauthenticated-body` for one
+//! without, whose body is read before anything can vouch for it: a signed answer (its signature
+//! covers the body), an answer link, the login.
 
 use std::collections::HashSet;
 use std::fmt;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::HeaderMap;
 use axum::http::header::{AsHeaderName, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
+use http_body_util::BodyExt;
 use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use tokio::time::Instant;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::http::AppState;
+use crate::http::{AppState, Limits};
 use crate::webhook::sign;
 
 /// Path parameters; a malformed id is `400 invalid_parameter`.
@@ -77,7 +87,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let (_, bytes) = read_json(req, state.limits.max_body).await?;
+        let (_, bytes) = read_json(req, state).await?;
         Ok(Self(decode(&bytes.ok_or_else(|| ApiError::invalid_body("a JSON body is required"))?)?))
     }
 }
@@ -86,7 +96,7 @@ impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJsonBody<T
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let (_, bytes) = read_json(req, state.limits.max_body).await?;
+        let (_, bytes) = read_json(req, state).await?;
         Ok(Self(bytes.map(|b| decode(&b)).transpose()?.unwrap_or_default()))
     }
 }
@@ -95,7 +105,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for SignedJsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let (parts, bytes) = read_json(req, state.limits.max_body).await?;
+        let (parts, bytes) = read_json(req, state).await?;
         let bytes = bytes.ok_or_else(|| ApiError::invalid_body("a JSON body is required"))?;
         let signed = parts.headers.contains_key(sign::HEADER_SIGNATURE);
         let signed_by = if signed { Some(verify_webhook(state, &parts.headers, &bytes)?) } else { None };
@@ -130,8 +140,9 @@ pub fn signature_refused(e: sign::VerifyError) -> ApiError {
 
 /// The request's parts and body bytes (`None` for a request without a body), after the media
 /// type and size checks.
-async fn read_json(req: Request, max_body: usize) -> Result<(Parts, Option<axum::body::Bytes>), ApiError> {
+async fn read_json(req: Request, state: &AppState) -> Result<(Parts, Option<Bytes>), ApiError> {
     let (parts, body) = req.into_parts();
+    let max_body = body_limit(&parts, state);
     let declared: Option<u64> =
         parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     let labelled_json = match parts.headers.get(CONTENT_TYPE) {
@@ -146,23 +157,83 @@ async fn read_json(req: Request, max_body: usize) -> Result<(Parts, Option<axum:
     if declared.is_some_and(|n| n > max_body as u64) {
         return Err(ApiError::PayloadTooLarge(max_body));
     }
-    let bytes =
-        axum::body::to_bytes(Body::new(body), max_body).await.map_err(|e| match std::error::Error::source(&e) {
-            Some(inner) if inner.is::<http_body_util::LengthLimitError>() => {
-                if labelled_json {
-                    ApiError::PayloadTooLarge(max_body)
-                } else {
-                    ApiError::UnsupportedMediaType
-                }
-            }
-            _ => ApiError::invalid_body(format!("could not read the request body: {e}")),
-        })?;
+    let expected = declared.map_or(0, |n| n as usize);
+    let bytes = read_body(body, max_body, expected, state).await.map_err(|e| match e {
+        BodyError::TooLarge if labelled_json => ApiError::PayloadTooLarge(max_body),
+        BodyError::TooLarge => ApiError::UnsupportedMediaType,
+        BodyError::Stalled => ApiError::RequestTimeout(format!(
+            "the request body brought no new byte for {:?}",
+            state.limits.body_idle_timeout
+        )),
+        BodyError::TooSlow => ApiError::RequestTimeout(format!(
+            "the request body was not complete {:?} after its head",
+            state.limits.body_timeout
+        )),
+        BodyError::Broken(e) => ApiError::invalid_body(format!("could not read the request body: {e}")),
+    })?;
     match (bytes.is_empty(), labelled_json) {
         (true, _) => Ok((parts, None)),
         // A chunked body without a media type.
         (false, false) => Err(ApiError::UnsupportedMediaType),
         (false, true) => Ok((parts, Some(bytes))),
     }
+}
+
+/// The largest body this request may send (see the module's documentation).
+fn body_limit(parts: &Parts, state: &AppState) -> usize {
+    let Limits { max_body, max_unauthenticated_body, .. } = state.limits;
+    let by_token = matches!(parts.extensions.get::<Caller>(), Some(Caller::Token(_)));
+    // In open mode anyone may send `--max-body` anyway, but a signature is still verified over
+    // bytes that were read first.
+    let open = state.auth.security.is_open() && !parts.headers.contains_key(sign::HEADER_SIGNATURE);
+    if by_token || open { max_body } else { max_unauthenticated_body.min(max_body) }
+}
+
+/// Why a body could not be read whole.
+enum BodyError {
+    /// More than the limit.
+    TooLarge,
+    /// No new byte for `--body-idle-timeout`.
+    Stalled,
+    /// Not whole within `--body-timeout`.
+    TooSlow,
+    /// The connection failed or the framing was broken.
+    Broken(axum::Error),
+}
+
+/// Reads a whole body of at most `limit` bytes (`expected` of them declared, at most `limit`),
+/// under the body timeouts.
+async fn read_body(mut body: Body, limit: usize, expected: usize, state: &AppState) -> Result<Bytes, BodyError> {
+    let Limits { body_idle_timeout, body_timeout, .. } = state.limits;
+    let deadline = Instant::now() + body_timeout;
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    loop {
+        let idle_until = Instant::now() + body_idle_timeout;
+        let frame = match tokio::time::timeout_at(idle_until.min(deadline), body.frame()).await {
+            Ok(Some(frame)) => frame.map_err(BodyError::Broken)?,
+            Ok(None) => break,
+            Err(_) if idle_until < deadline => return Err(BodyError::Stalled),
+            Err(_) => return Err(BodyError::TooSlow),
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        let total = first.as_ref().map_or(0, Bytes::len) + joined.len() + data.len();
+        if total > limit {
+            return Err(BodyError::TooLarge);
+        }
+        // Most bodies are one frame, taken as is; only a second frame makes a copy, sized for the
+        // declared length at once (growing by doubling would hold up to twice the body).
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            None => joined.extend_from_slice(&data),
+            Some(head) => {
+                joined.reserve_exact(expected.max(total));
+                joined.extend_from_slice(&head);
+                joined.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
 }
 
 /// A header's value as text, when present and visible ASCII.

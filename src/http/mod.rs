@@ -2,6 +2,7 @@
 //! route table is the router's only source, so the OpenAPI drift test can compare the two.
 
 mod assets;
+mod connection;
 mod events;
 mod extract;
 mod gates;
@@ -12,13 +13,14 @@ mod login;
 mod loops;
 mod meta;
 mod pages;
+mod server;
 mod sse;
-mod stall;
 mod webhooks;
 
+pub use connection::ReadTimeouts;
 pub use pages::PageReads;
+pub use server::{ConnectionLimits, OpenFileLimitError, raise_open_file_limit, serve};
 pub use sse::enduring_frame;
-pub use stall::StallGuardListener;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,17 +41,24 @@ use tower_http::sensitive_headers::{SetSensitiveRequestHeadersLayer, SetSensitiv
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::auth::{Access, Auth};
+use crate::auth::{Access, Auth, Caller};
 use crate::bus::Bus;
 use crate::error::ApiError;
 use crate::store::{PageLimit, Store};
 use crate::supervise::Supervisor;
+use connection::Authenticate;
 
 /// Limits that handlers enforce.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest accepted request body, in bytes.
     pub max_body: usize,
+    /// Largest body of a request without a token or login cookie (`--max-unauthenticated-body`).
+    pub max_unauthenticated_body: usize,
+    /// A request body that brings no new byte for this long gets 408.
+    pub body_idle_timeout: Duration,
+    /// A request body not whole this long after its head gets 408.
+    pub body_timeout: Duration,
     /// How often streams send `: ping`.
     pub heartbeat: Duration,
     /// The longest timeout a policy may ask for, in nanoseconds.
@@ -149,10 +158,17 @@ pub fn route_table() -> Vec<(Method, &'static str, Access)> {
 /// The whole application, ready to serve.
 pub fn router(state: AppState) -> Router {
     let cors = cors(state.auth.security.cors_origins());
+    let credentials = !state.auth.security.is_open();
     let mut router = Router::new();
     for route in routes() {
         let guarded = guard::GuardState { auth: Arc::clone(&state.auth), access: route.access };
-        let handler = route.handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard));
+        let mut handler = route.handler;
+        if credentials {
+            // Behind the guard: a request it let through with a token or login cookie
+            // authenticates its connection (see `connection`).
+            handler = handler.layer(axum::middleware::map_request(authenticates_connection));
+        }
+        let handler = handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard));
         // Routes sharing a path merge their methods.
         router = router.route(route.path, handler);
     }
@@ -176,9 +192,26 @@ pub fn router(state: AppState) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         // Every answer, errors included, is what its Content-Type says and nothing else.
         .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
+        // API answers are one caller's view at one moment (and may name its gates or tokens): no
+        // cache, shared or private, may keep them. Pages, files and streams set their own.
+        .layer(SetResponseHeaderLayer::if_not_present(header::CACHE_CONTROL, |response: &Response| {
+            let json = response.headers().get(header::CONTENT_TYPE).is_some_and(|ct| extract::is_json(ct.as_bytes()));
+            json.then_some(HeaderValue::from_static("no-store"))
+        }))
         // Outermost: whatever logs a request or response later shows these as redacted.
         .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+}
+
+/// Marks the request's connection authenticated when the guard let it through with a token or
+/// its login cookie.
+async fn authenticates_connection(req: Request) -> Request {
+    if let (Some(Caller::Token(_)), Some(connection)) =
+        (req.extensions().get::<Caller>(), req.extensions().get::<Authenticate>())
+    {
+        connection.authenticated();
+    }
+    req
 }
 
 /// Cross-origin access for the listed origins only, with credentials; never a wildcard. With

@@ -2,6 +2,8 @@
 //! each event, signed per Standard Webhooks. An endpoint's cursor moves only past an event that
 //! was delivered or given up on (dead letter), so a crash never loses a delivery; failures are
 //! retried on a schedule with jitter; a 410 disables the endpoint until an operator re-enables it.
+//! At shutdown a task finishes the request it is in and records its outcome (the server waits
+//! for it up to its shutdown grace), so a restart does not send it again; it starts no new one.
 //!
 //! Every replica runs a task per endpoint, but only the holder of the endpoint's lease delivers:
 //! it renews the lease while it works, and every write of the delivery state names the lease, so
@@ -168,11 +170,13 @@ impl Delivery {
             return Ok(true);
         }
         let attempts = pending.map_or(0, |p| p.attempts);
-        let outcome = tokio::select! {
-            outcome = self.post(url, seq, &event) => outcome,
-            // Shutting down mid-request: record nothing; the next start sends it again.
-            () = self.shutdown.cancelled() => return Ok(false),
-        };
+        if self.shutdown.is_cancelled() {
+            return Ok(true);
+        }
+        // Not cancelled by shutdown: a request cut off mid-flight may well have reached the
+        // receiver, and the next start would send it again. The server waits for it (up to its
+        // shutdown grace, then drops this task: the next start sends it again after all).
+        let outcome = self.post(url, seq, &event).await;
         let recorded = match outcome {
             Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq, lease).await?,
             Outcome::Gone => {

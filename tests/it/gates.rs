@@ -340,7 +340,13 @@ async fn meta_routes() {
     assert!(String::from_utf8_lossy(&page.body).contains("/static/app.js"));
     let script = app.get("/static/app.js").await.expect(200);
     assert_eq!(script.headers["content-type"], "text/javascript; charset=utf-8");
-    app.get("/static/nope.js").await.expect_error(404, "not_found");
+    let errors = app.get("/static/nope.js").await;
+    // JSON answers, errors too, are never cached (every `Client` response is checked for that);
+    // the page and its files keep their own revalidating header.
+    assert_eq!(errors.headers["cache-control"], "no-store");
+    errors.expect_error(404, "not_found");
+    assert_eq!(page.headers["cache-control"], "no-cache");
+    assert_eq!(script.headers["cache-control"], "no-cache");
     // A graceful stop drains and returns cleanly.
     app.stop().await;
 }

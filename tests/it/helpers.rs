@@ -91,6 +91,17 @@ impl Resp {
     }
 }
 
+/// Every JSON answer of the API, errors included, forbids caches to keep it.
+#[track_caller]
+pub fn check_no_store(what: &str, headers: &reqwest::header::HeaderMap) {
+    let json =
+        headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|ct| ct.starts_with("application/json"));
+    if json {
+        let cache = headers.get("cache-control").and_then(|v| v.to_str().ok());
+        assert_eq!(cache, Some("no-store"), "{what}: a JSON response without Cache-Control: no-store");
+    }
+}
+
 /// An HTTP client for one server.
 #[derive(Clone)]
 pub struct Client {
@@ -142,6 +153,7 @@ impl Client {
         let body = bounded(&what, resp.bytes()).await.unwrap_or_else(|e| panic!("{what}: {e}")).to_vec();
         let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
         contract::check_response(method.as_str(), path, status, content_type, &body);
+        check_no_store(&what, &headers);
         Resp { status, headers, body }
     }
 
@@ -160,6 +172,7 @@ impl Client {
         let body = bounded(path, resp.bytes()).await.expect("body").to_vec();
         let content_type = headers.get("content-type").and_then(|v| v.to_str().ok());
         contract::check_response("POST", path, status, content_type, &body);
+        check_no_store(path, &headers);
         Resp { status, headers, body }
     }
 

@@ -10,6 +10,7 @@ mod conformance;
 mod contract;
 mod database;
 mod durability;
+mod exhaustion;
 mod faults;
 mod gates;
 mod helpers;

@@ -363,3 +363,81 @@ fn unsafe_or_unsigned_webhook_settings_refuse_to_start() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("--webhook-secret-file"), "{stderr}");
 }
+
+/// A receiver that counts every `webhook-id` it is sent (on arrival, before it answers) and
+/// answers its first request only after `delay`.
+#[derive(Clone)]
+struct SlowReceiver {
+    url: String,
+    ids: Arc<Mutex<Vec<String>>>,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+    delay: Duration,
+}
+
+impl SlowReceiver {
+    async fn start(delay: Duration) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let receiver = Self { url, ids: Arc::default(), answered: Arc::default(), delay };
+        let app = axum::Router::new().route("/hook", axum::routing::post(Self::receive)).with_state(receiver.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        receiver
+    }
+
+    async fn receive(State(receiver): State<Self>, headers: HeaderMap) -> StatusCode {
+        let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let first = {
+            let mut ids = receiver.ids.lock().unwrap();
+            ids.push(id);
+            ids.len() == 1
+        };
+        if first {
+            tokio::time::sleep(receiver.delay).await;
+        }
+        receiver.answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        StatusCode::OK
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.ids.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn a_delivery_in_flight_at_sigterm_is_finished_and_not_sent_again() {
+    // Answered well within the shutdown grace (3 s).
+    let receiver = SlowReceiver::start(Duration::from_secs(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path()).to_string_lossy().into_owned();
+    let db = dir.path().join("gatehouse.db");
+    let flags = [
+        "--webhook-url",
+        &receiver.url,
+        "--webhook-secret-file",
+        &secret,
+        "--webhook-allow-cidr",
+        "127.0.0.1/32",
+        "--webhook-retry-schedule",
+        "100ms,100ms,100ms",
+    ];
+    let server = ServerProcess::start_with(&db, "127.0.0.1:0", &flags);
+    server.open(&uuid(), &ask(&uuid(), &uuid(), "Restart me?")).await;
+    eventually("the first notification is in flight", async || !receiver.ids().is_empty()).await;
+    assert_eq!(receiver.answered.load(std::sync::atomic::Ordering::SeqCst), 0, "still in flight");
+    // Off this test's runtime thread, which also runs the receiver.
+    let exit = tokio::task::spawn_blocking(move || server.terminate(Duration::from_secs(15))).await.unwrap();
+    assert_eq!(exit, Some(0), "a clean shutdown");
+    assert_eq!(receiver.answered.load(std::sync::atomic::Ordering::SeqCst), 1, "the server waited for the answer");
+
+    // After the restart the endpoint carries on after the delivered event: the rest of the first
+    // gate's events, then the second gate's, each once.
+    let server = ServerProcess::start_with(&db, "127.0.0.1:0", &flags);
+    server.open(&uuid(), &ask(&uuid(), &uuid(), "Once each?")).await;
+    let journal = server.journal().await;
+    let expected: Vec<String> =
+        journal.iter().map(|entry| entry["event"]["event_id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(expected.len(), 4);
+    // Deliveries go in journal order: once the last event arrived, a resent one would have too.
+    eventually("every event delivered", async || receiver.ids().last() == expected.last()).await;
+    assert_eq!(receiver.ids(), expected, "every webhook-id once, none twice across the restart");
+}

@@ -65,6 +65,7 @@ pub struct SqliteSettings {
     /// Test-only: called on the writer thread just before every COMMIT.
     pub before_commit: Option<BeforeCommit>,
     /// Test-only: a file naming a storage fault to inject (spec §7, `--fault-file`).
+    #[cfg(feature = "fault-injection")]
     pub fault_file: Option<PathBuf>,
 }
 
@@ -155,6 +156,7 @@ impl SqliteStore {
             bus: Arc::clone(&bus),
             health: Arc::clone(&health),
             before_commit: config.before_commit,
+            #[cfg(feature = "fault-injection")]
             fault_file: config.fault_file,
             runtime: tokio::runtime::Handle::current(),
         };

@@ -13,6 +13,7 @@
 //! returned Ok, in order, and only then do the replies go out: nothing is observable before it is
 //! durable, and no caller hears back before the commit holding its job.
 
+#[cfg(feature = "fault-injection")]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,7 @@ const MAX_BATCH: usize = 256;
 /// How often an unhealthy writer probes the database with a tiny real write.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// SQLite's default `max_page_count`, restored when a `full:N` fault is lifted.
+#[cfg(feature = "fault-injection")]
 const UNLIMITED_PAGES: u64 = 4_294_967_294;
 
 /// A test-only pause just before COMMIT (spec §13, the commit barrier).
@@ -125,6 +127,7 @@ pub(super) struct Writer {
     pub bus: Arc<Bus>,
     pub health: Arc<Health>,
     pub before_commit: Option<BeforeCommit>,
+    #[cfg(feature = "fault-injection")]
     pub fault_file: Option<PathBuf>,
     pub runtime: tokio::runtime::Handle,
 }
@@ -174,6 +177,7 @@ impl Writer {
 
     /// Runs a batch of jobs in one `BEGIN IMMEDIATE` transaction.
     fn commit_batch(&mut self, batch: Vec<Job>) {
+        #[cfg(feature = "fault-injection")]
         self.apply_faults();
         if !self.conn.is_autocommit() {
             // A ROLLBACK failed earlier; without this every BEGIN would fail from now on.
@@ -277,6 +281,7 @@ impl Writer {
     /// Test-only fault injection (spec §7): the file names a fault, read before every batch and
     /// probe. `readonly` → `PRAGMA query_only`; `full:N` → `PRAGMA max_page_count = N`; anything
     /// else (or no file) → no fault.
+    #[cfg(feature = "fault-injection")]
     fn apply_faults(&self) {
         let Some(path) = &self.fault_file else { return };
         let spec = std::fs::read_to_string(path).unwrap_or_default();
@@ -294,6 +299,7 @@ impl Writer {
 
     /// A tiny real write, to find out whether storage recovered.
     fn probe(&mut self) {
+        #[cfg(feature = "fault-injection")]
         self.apply_faults();
         if !self.conn.is_autocommit() {
             let _ = self.conn.execute_batch("ROLLBACK");
@@ -356,6 +362,8 @@ impl Drop for DeathWatch {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::domain::GateId;
     use crate::store::sqlite::{Durability, schema};
@@ -378,6 +386,7 @@ mod tests {
             bus: Arc::clone(bus),
             health: Arc::default(),
             before_commit: None,
+            #[cfg(feature = "fault-injection")]
             fault_file: None,
             runtime: runtime.handle().clone(),
         };
