@@ -76,7 +76,7 @@ async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
                 "gatehouse: cannot listen on {}: {e}; choose another address with --bind or GATEHOUSE_BIND",
                 args.bind
             );
-            opened.store.shutdown().await;
+            opened.close().await;
             return ExitCode::FAILURE;
         }
     };

@@ -43,7 +43,7 @@ async fn session_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::cursor(&headers, p.after)?;
-    start(state, &caller, Some(session_id), cursor)
+    start(state, &caller, Some(session_id), cursor).await
 }
 
 async fn all_events(
@@ -53,19 +53,24 @@ async fn all_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::cursor(&headers, p.after)?;
-    start(state, &caller, p.session_id, cursor)
+    start(state, &caller, p.session_id, cursor).await
 }
 
 /// Subscribes to the head before the response exists, so "live from now" means from the moment
-/// the request was accepted, and nothing committed after it can be missed.
-fn start(
+/// the request was accepted, and nothing committed after it can be missed. "Now" is the stored
+/// head when the bus lags it (on PostgreSQL the bus hears of a commit a moment after it): a
+/// stream without a cursor never starts with events committed before it was asked for.
+async fn start(
     state: AppState,
     caller: &Caller,
     session: Option<SessionId>,
     cursor: Option<i64>,
 ) -> Result<Response, ApiError> {
     let mut head = state.bus.head();
-    let now = *head.borrow_and_update();
+    let mut now = *head.borrow_and_update();
+    if cursor.is_none() {
+        now = now.max(state.store.journal_bounds().await?.1);
+    }
     let stream_state = state.clone();
     sse::open(&state, caller, move |sink| follow(stream_state, session, head, now, cursor, sink))
 }

@@ -138,6 +138,16 @@ pub struct Opened {
     pub background: Vec<Background>,
 }
 
+impl Opened {
+    /// Closes a store whose background tasks never ran (the server could not start after all).
+    pub async fn close(self) {
+        // Dropped unstarted, the writer's queue closes, so the store's shutdown does not wait
+        // for a writer that will never answer.
+        drop(self.background);
+        self.store.shutdown().await;
+    }
+}
+
 /// A gate about to be opened: its id and the digest of its answer-link token, made outside the
 /// backend, so no backend needs the server key.
 #[derive(Debug, Clone, Copy)]

@@ -15,6 +15,10 @@ use sha2::Digest;
 static POSTGRES: LazyLock<Option<String>> =
     LazyLock::new(|| std::env::var("GATEHOUSE_TEST_DATABASE_URL").ok().filter(|url| !url.trim().is_empty()));
 
+/// A killed server's webhook leases run out after this long, and a restarted one (a new owner)
+/// takes its endpoints over: short, so tests that kill servers need not wait the default 45 s.
+const WEBHOOK_LEASE: &str = "2s";
+
 /// Whether the servers of this run are on PostgreSQL.
 pub fn on_postgres() -> bool {
     POSTGRES.is_some()
@@ -35,7 +39,9 @@ pub fn flags(db: &Path) -> Vec<String> {
         None => vec!["--db".into(), db.display().to_string()],
         Some(admin) => {
             let (url, key) = postgres_database(admin, db);
-            vec!["--database-url".into(), url, "--secret-file".into(), key.display().to_string()]
+            let mut flags = vec!["--database-url".into(), url, "--secret-file".into(), key.display().to_string()];
+            flags.extend(["--webhook-lease".into(), WEBHOOK_LEASE.into()]);
+            flags
         }
     }
 }
@@ -47,6 +53,7 @@ pub async fn configure(args: &mut ServeArgs, db: &Path) {
         let (url, key) = tokio::task::spawn_blocking(move || postgres_database(&admin, &db)).await.expect("setup");
         args.database_url = Some(url);
         args.secret_file = Some(key);
+        args.webhook_lease = gatehouse::config::parse_duration(WEBHOOK_LEASE).expect("a duration");
     }
 }
 
@@ -81,4 +88,27 @@ fn postgres_database(admin: &str, db: &Path) -> (String, std::path::PathBuf) {
     .join()
     .expect("create the test database");
     (url.to_string(), key)
+}
+
+/// One boolean from a query on the database standing for `db` (for tests that look past the API
+/// at what is stored; the SQL must mean the same on both).
+pub fn query_bool(db: &Path, sql: &str) -> bool {
+    match &*POSTGRES {
+        None => rusqlite::Connection::open(db).unwrap().query_row(sql, [], |r| r.get(0)).unwrap(),
+        Some(admin) => {
+            let (url, _) = postgres_database(admin, db);
+            let sql = sql.to_owned();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                runtime.block_on(async {
+                    let (client, connection) =
+                        tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
+                    tokio::spawn(connection);
+                    client.query_one(&sql, &[]).await.expect("query").get(0)
+                })
+            })
+            .join()
+            .expect("query the test database")
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use crate::database::sqlite_only;
 use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, TestApp, ask, bounded, gate_id, temp_db, uuid};
 
 #[tokio::test]
@@ -113,6 +114,9 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
 
 #[tokio::test]
 async fn a_second_server_on_the_same_database_refuses_to_start() {
+    if sqlite_only("the lock file (replicas may share a PostgreSQL database)") {
+        return;
+    }
     let (_dir, db) = temp_db();
     let first = ServerProcess::start(&db);
     let (code, stderr) = ServerProcess::serve_to_exit(&db, "127.0.0.1:0", &[]);
@@ -124,6 +128,9 @@ async fn a_second_server_on_the_same_database_refuses_to_start() {
 
 #[test]
 fn unusable_database_files_give_clear_errors() {
+    if sqlite_only("a database file") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let start = |db: &std::path::Path| ServerProcess::serve_to_exit(db, "127.0.0.1:0", &[]);
 
@@ -159,6 +166,9 @@ fn unusable_database_files_give_clear_errors() {
 
 #[tokio::test]
 async fn a_forced_second_writer_cannot_break_exactly_once() {
+    if sqlite_only("a second SQLite connection") {
+        return;
+    }
     let (dir, db) = temp_db();
     let app = TestApp::start(&db, |_| {}).await;
     let (session, loop_id) = (uuid(), uuid());
@@ -203,6 +213,9 @@ async fn a_forced_second_writer_cannot_break_exactly_once() {
 
 #[tokio::test]
 async fn a_truncated_database_gives_a_clear_error_at_start() {
+    if sqlite_only("a database file") {
+        return;
+    }
     let (dir, db) = temp_db();
     let app = TestApp::start(&db, |_| {}).await;
     for _ in 0..50 {

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::database::sqlite_only;
 use crate::helpers::{Client, TestApp, ask, eventually, gate_id, uuid};
 
 /// Polls `/readyz` until it answers `status` (bounded).
@@ -16,6 +17,9 @@ fn set_fault(path: &Path, fault: &str) {
 
 #[tokio::test]
 async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() {
+    if sqlite_only("the fault file and the write lock") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
     let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
@@ -44,6 +48,9 @@ async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() 
 
 #[tokio::test]
 async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
+    if sqlite_only("the fault file and the write lock") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
     let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
@@ -74,6 +81,9 @@ async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
 
 #[tokio::test]
 async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
+    if sqlite_only("the fault file and the write lock") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
     let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
@@ -95,6 +105,9 @@ async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
 
 #[tokio::test]
 async fn another_connection_holding_the_write_lock_gives_retryable_503s_and_the_server_recovers() {
+    if sqlite_only("the fault file and the write lock") {
+        return;
+    }
     let (dir, db) = crate::helpers::temp_db();
     let app = TestApp::start(&db, |_| {}).await;
     let (session, loop_id) = (uuid(), uuid());

@@ -138,10 +138,13 @@ async fn a_thousand_deadlines_resolve_exactly_once_with_one_timer() {
     assert_eq!(gates.len(), 1000);
     assert!(events.iter().all(|e| e["event"]["reason"] == "policy_response"));
     eventually("no deadline stays armed", async || app.armed_deadlines() == 0).await;
+    // On PostgreSQL each pooled connection has a task of its own, and the pool grows under load
+    // (to at most 16 connections): those are not tasks per gate.
+    let pool = if crate::database::on_postgres() { 16 } else { 0 };
     eventually("no task per gate outlives it", async || {
         let alive = metrics.num_alive_tasks();
-        eprintln!("alive tasks: {alive} (baseline {baseline})");
-        alive <= baseline
+        eprintln!("alive tasks: {alive} (baseline {baseline}, pooled connections up to {pool})");
+        alive <= baseline + pool
     })
     .await;
 }

@@ -202,10 +202,8 @@ async fn a_410_disables_the_endpoint_until_it_is_reenabled() {
         // Short retries: were a 410 an ordinary failure, a retry would arrive at once.
         args.webhook_retry_schedule = vec![Duration::from_millis(20); 5];
     };
-    let disabled = |db: &std::path::Path| -> bool {
-        let conn = rusqlite::Connection::open(db).unwrap();
-        conn.query_row("SELECT disabled_at IS NOT NULL FROM webhook_endpoints", [], |r| r.get(0)).unwrap()
-    };
+    let disabled =
+        |db: &std::path::Path| crate::database::query_bool(db, "SELECT disabled_at IS NOT NULL FROM webhook_endpoints");
     let app = TestApp::start(&db, flags).await;
     let session = uuid();
     app.open(&session, &ask(&uuid(), &uuid(), "Gone?")).await;

@@ -115,12 +115,13 @@ pub async fn open(
             "WITH seqs AS MATERIALIZED (SELECT nextval('journal_seq') AS opened, nextval('journal_seq') AS requested),
              events AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, respond_at, event)
-                 SELECT opened, $1, $2, 'GateOpened', $9, $10 FROM seqs
-                 UNION ALL SELECT requested, $1, $2, 'UserInputRequested', NULL, $11 FROM seqs),
+                 SELECT opened, $1::uuid, $2::uuid, 'GateOpened', $9::bigint, $10::text FROM seqs
+                 UNION ALL SELECT requested, $1::uuid, $2::uuid, 'UserInputRequested', NULL, $11::text FROM seqs),
              gate AS (
                  INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq,
                                     opened_at, deadline, respond_at, link_digest)
-                 SELECT $2, $1, $3, $4, 'open', $5, $6, opened, $7, $8, $9, $12 FROM seqs)
+                 SELECT $2::uuid, $1::uuid, $3::uuid, $4::uuid, 'open', $5::text, $6::text, opened, $7::bigint,
+                        $8::bigint, $9::bigint, $12::bytea FROM seqs)
              SELECT opened FROM seqs",
         )
         .await
@@ -369,21 +370,27 @@ pub async fn list(conn: &mut deadpool_postgres::Object, q: &ListQuery) -> Result
         clauses.push(format!("g.state = ANY(${})", args.len()));
     }
     if let Some(after) = q.after {
-        args.push(Box::new(after.opened_seq));
-        let seq = args.len();
+        // Every parameter is used (PostgreSQL cannot type one that is not).
+        let mut param = |value: i64| {
+            args.push(Box::new(value));
+            args.len()
+        };
         clauses.push(match (q.order, after.key) {
-            (ListOrder::Opened, _) => format!("g.opened_seq > ${seq}"),
-            (ListOrder::Newest, _) => format!("g.opened_seq < ${seq}"),
-            (ListOrder::Deadline, None) => format!("(g.deadline IS NULL AND g.opened_seq > ${seq})"),
+            (ListOrder::Opened, _) => format!("g.opened_seq > ${}", param(after.opened_seq)),
+            (ListOrder::Newest, _) => format!("g.opened_seq < ${}", param(after.opened_seq)),
+            (ListOrder::Deadline, None) => {
+                format!("(g.deadline IS NULL AND g.opened_seq > ${})", param(after.opened_seq))
+            }
             (ListOrder::Deadline, Some(deadline)) => {
-                args.push(Box::new(deadline));
-                let d = args.len();
+                let (seq, d) = (param(after.opened_seq), param(deadline));
                 format!("(g.deadline IS NULL OR g.deadline > ${d} OR (g.deadline = ${d} AND g.opened_seq > ${seq}))")
             }
-            (ListOrder::Resolved, None) => format!("(g.resolved_seq IS NULL AND g.opened_seq < ${seq})"),
+            (ListOrder::Resolved, None) => {
+                format!("(g.resolved_seq IS NULL AND g.opened_seq < ${})", param(after.opened_seq))
+            }
+            // resolved_seq is unique, so it alone orders the resolved part.
             (ListOrder::Resolved, Some(resolved)) => {
-                args.push(Box::new(resolved));
-                format!("(g.resolved_seq IS NULL OR g.resolved_seq < ${})", args.len())
+                format!("(g.resolved_seq IS NULL OR g.resolved_seq < ${})", param(resolved))
             }
         });
     }

@@ -132,7 +132,7 @@ pub async fn retry_at(
                  SELECT url FROM webhook_endpoints WHERE url = $1 AND owner = $6 AND lease_epoch = $7 FOR UPDATE),
              recorded AS (
                  INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
-                 SELECT url, $2, 'pending', $3, $4, $5, $8 FROM fence
+                 SELECT url, $2::bigint, 'pending', $3::integer, $4::bigint, $5::text, $8::bigint FROM fence
                  ON CONFLICT (url, journal_seq) DO UPDATE SET
                      attempts = excluded.attempts, next_at = excluded.next_at, last_error = excluded.last_error,
                      updated_at = excluded.updated_at)
@@ -163,7 +163,7 @@ pub async fn dead_letter(
                  WHERE url = $1 AND owner = $5 AND lease_epoch = $6 RETURNING url),
              recorded AS (
                  INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
-                 SELECT url, $2, 'failed', $3, NULL, $4, $7 FROM fence
+                 SELECT url, $2::bigint, 'failed', $3::integer, NULL, $4::text, $7::bigint FROM fence
                  ON CONFLICT (url, journal_seq) DO UPDATE SET
                      status = 'failed', attempts = excluded.attempts, next_at = NULL,
                      last_error = excluded.last_error, updated_at = excluded.updated_at)
