@@ -57,6 +57,12 @@ pub async fn configure(args: &mut ServeArgs, db: &Path) {
     }
 }
 
+/// On PostgreSQL, the URL of the database standing for `db` (created if missing) and its key
+/// file; `None` on SQLite.
+pub fn postgres_for(db: &Path) -> Option<(String, std::path::PathBuf)> {
+    POSTGRES.as_ref().map(|admin| postgres_database(admin, db))
+}
+
 /// The URL of the PostgreSQL database standing for `db` (created if missing), and its key file.
 fn postgres_database(admin: &str, db: &Path) -> (String, std::path::PathBuf) {
     let digest = sha2::Sha256::digest(db.as_os_str().as_encoded_bytes());
