@@ -435,13 +435,16 @@ impl ServerProcess {
 
     /// Starts `gatehouse serve` on `bind` with more flags and environment variables.
     pub fn start_with_env(db: &Path, bind: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = binary()
-            .args(["serve", "--bind", bind])
-            .args(database::flags(db))
-            .args(extra)
-            .envs(env.iter().copied())
-            .spawn()
-            .expect("start gatehouse");
+        let mut args = vec!["--bind".to_owned(), bind.to_owned()];
+        args.extend(database::flags(db));
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Self::serve(&args, env)
+    }
+
+    /// Starts `gatehouse serve ARGS…` (the database flags among them) and waits for its listening
+    /// line.
+    pub fn serve(args: &[String], env: &[(&str, &str)]) -> Self {
+        let mut child = binary().arg("serve").args(args).envs(env.iter().copied()).spawn().expect("start gatehouse");
         let stderr = collect_stderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
         let mut startup = Vec::new();

@@ -312,3 +312,37 @@ async fn a_postgresql_database_with_a_newer_schema_is_refused() {
     assert!(message.contains("schema version 999, newer than this gatehouse supports"), "{message}");
     assert!(!message.contains(&url), "the URL (it may hold a password) is not in the message");
 }
+
+#[tokio::test]
+async fn the_database_url_never_reaches_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((url, key)) = database::postgres_for(&dir.path().join("logged.db")) else {
+        eprintln!("skipped: GATEHOUSE_TEST_DATABASE_URL names no PostgreSQL server");
+        return;
+    };
+    // The test cluster trusts its users, so any password connects; this one must show nowhere.
+    const PASSWORD: &str = "never-logged-Pa55word";
+    let mut with_password = url::Url::parse(&url).unwrap();
+    with_password.set_password(Some(PASSWORD)).unwrap();
+    let url_file = dir.path().join("database.url");
+    std::fs::write(&url_file, with_password.as_str()).unwrap();
+    let args = [
+        "--bind".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--database-url-file".to_owned(),
+        url_file.display().to_string(),
+        "--secret-file".to_owned(),
+        key.display().to_string(),
+    ];
+    let server = crate::helpers::ServerProcess::serve(&args, &[("RUST_LOG", "trace")]);
+    let session = uuid();
+    server.open(&session, &crate::helpers::ask(&uuid(), &uuid(), "Logged?")).await;
+    let log = server.log_lines().join("\n");
+    assert!(log.contains("listening on"), "the log was read");
+    assert!(!log.contains(PASSWORD), "the database password reached the log");
+    // Nor does a refused URL echo it back.
+    let bad = format!("--database-url=postgres://user:{PASSWORD}@127.0.0.1:1/none?connect_timeout=bogus");
+    let (code, stderr) = crate::helpers::ServerProcess::run_to_exit(&["serve".as_ref(), bad.as_ref()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "a refused URL is not echoed: {stderr}");
+}
