@@ -31,6 +31,9 @@ enum Ending {
     Withdrawn(Value),
     /// The client deadline passed without an answer (and without a default).
     TimedOut,
+    /// The server refused to show the gate (a revoked token, a gate it no longer has): waiting
+    /// longer would not help.
+    Refused(String),
 }
 
 /// The gate this `ask` waits for.
@@ -129,6 +132,14 @@ pub async fn run(args: AskArgs) -> ExitCode {
             eprintln!("gatehouse ask: no answer in time; the gate was withdrawn");
             ExitCode::from(TIMED_OUT)
         }
+        Ending::Refused(message) => {
+            eprintln!(
+                "gatehouse ask: stopped waiting: {message}. Gate {} may still be open; asking again with the \
+                 same --session, --loop and --id finds it",
+                asked.gate
+            );
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -222,10 +233,7 @@ impl Asked {
                         return ending;
                     }
                 }
-                Ok(reply) if !reply.retryable() => {
-                    eprintln!("gatehouse ask: {}", reply.message());
-                    backoff.wait().await;
-                }
+                Ok(reply) if !reply.retryable() => return Ending::Refused(reply.message()),
                 outcome => {
                     if !reported {
                         let why = outcome.map_or_else(|e| e.to_string(), |r| r.message());

@@ -196,6 +196,31 @@ async fn ask_rides_out_a_server_restart() {
 }
 
 #[tokio::test]
+async fn ask_stops_waiting_when_the_server_refuses_its_token() {
+    let (dir, db) = temp_db();
+    let tokens = dir.path().join("tokens");
+    let agent = "cli-revoked-agent-0123456789";
+    std::fs::write(&tokens, format!("agent bot {agent}\n")).unwrap();
+    let tokens_flag = tokens.display().to_string();
+    let server = ServerProcess::start_with(&db, "127.0.0.1:0", &["--tokens-file", &tokens_flag]);
+    let base = server.base.clone();
+    let session = uuid();
+    let asking =
+        gatehouse(&base, &["ask", "Revoked?", "--session", &session]).env("GATEHOUSE_TOKEN", agent).spawn().unwrap();
+    opened_in(&server.bearer(agent), &session).await;
+    server.kill();
+
+    // Restarted without that token: waiting on would never end; ask says why and how to resume.
+    std::fs::write(&tokens, "agent other cli-another-agent-0123456789\n").unwrap();
+    let _server = ServerProcess::start_with(&db, base.trim_start_matches("http://"), &["--tokens-file", &tokens_flag]);
+    let asked = finish(asking).await;
+    assert_eq!(asked.status.code(), Some(1), "{}", text(&asked.stderr));
+    let said = text(&asked.stderr);
+    assert!(said.contains("stopped waiting") && said.contains("GATEHOUSE_TOKEN"), "{said}");
+    assert!(said.contains("same --session, --loop and --id"), "{said}");
+}
+
+#[tokio::test]
 async fn answer_reports_late_unreachable_and_usage_errors() {
     let app = TestApp::spawn().await;
     let session = uuid();
