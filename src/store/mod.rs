@@ -76,23 +76,44 @@ impl PageLimit {
         rows: impl IntoIterator<Item = Result<T, E>>,
         size: impl Fn(&T) -> usize,
     ) -> Result<(Vec<T>, bool), E> {
-        let mut page = Vec::new();
-        let mut bytes = 0;
+        let mut page = self.start();
         for row in rows {
-            let row = row?;
-            let grown = bytes + size(&row);
-            if page.len() == self.rows || (!page.is_empty() && grown > self.bytes) {
-                return Ok((page, true));
+            if !page.offer(row?, &size) {
+                return Ok((page.rows, true));
             }
-            bytes = grown;
-            page.push(row);
         }
-        Ok((page, false))
+        Ok((page.rows, false))
+    }
+
+    /// An empty page to `offer` rows to one at a time (rows that arrive from a stream).
+    fn start<T>(self) -> PageFill<T> {
+        PageFill { limit: self, rows: Vec::new(), bytes: 0 }
     }
 
     /// The `LIMIT` that lets `fill` see whether more rows exist.
     fn sql_limit(self) -> i64 {
         i64::try_from(self.rows).unwrap_or(i64::MAX - 1) + 1
+    }
+}
+
+/// A page being filled.
+struct PageFill<T> {
+    limit: PageLimit,
+    rows: Vec<T>,
+    bytes: usize,
+}
+
+impl<T> PageFill<T> {
+    /// Adds `row` if it fits; `false` (and the row dropped) when the page is full, which means
+    /// more rows exist.
+    fn offer(&mut self, row: T, size: impl Fn(&T) -> usize) -> bool {
+        let grown = self.bytes + size(&row);
+        if self.rows.len() == self.limit.rows || (!self.rows.is_empty() && grown > self.limit.bytes) {
+            return false;
+        }
+        self.bytes = grown;
+        self.rows.push(row);
+        true
     }
 }
 

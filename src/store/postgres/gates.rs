@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::writer::Conn;
-use super::{classify, json_column, uuid_column};
+use super::{classify, json_column, query_page, uuid_column};
 use crate::domain::events::to_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{
@@ -415,9 +415,8 @@ pub async fn list(conn: &mut deadpool_postgres::Object, q: &ListQuery) -> Result
         tx.query_one("SELECT COALESCE(MAX(seq), 0) FROM journal", &[]).await.map_err(classify)?.get(0);
     let stmt = tx.prepare_cached(&sql).await.map_err(classify)?;
     let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref() as &(dyn ToSql + Sync)).collect();
-    let rows = tx.query(&stmt, &params).await.map_err(classify)?;
+    let view = |row: Row| record(&row).map(|r| r.view);
+    let (gates, more) = query_page(&*tx, &stmt, &params, q.page, view, PageBytes::page_bytes).await?;
     tx.commit().await.map_err(classify)?;
-    let views = rows.iter().map(|row| record(row).map(|r| r.view));
-    let (gates, more) = q.page.fill(views, PageBytes::page_bytes)?;
     Ok(Listing { gates, journal_seq, more })
 }

@@ -5,7 +5,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::writer::Conn;
-use super::{classify, json_column};
+use super::{classify, json_column, query_page};
 use crate::domain::view::PageBytes;
 use crate::domain::{CommandId, InboxEntry, JournalEntry, JournalPage, LoopId, SessionId, Timestamp};
 use crate::store::{PageLimit, StoreError};
@@ -20,7 +20,9 @@ pub async fn range(
     page: PageLimit,
 ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
     let limit = page.sql_limit();
-    let rows = match session {
+    let row = |r: tokio_postgres::Row| Ok((r.get::<_, i64>(0), r.get::<_, String>(1)));
+    let size = |(_, event): &(i64, String)| event.len() + 40;
+    match session {
         Some(session) => {
             let stmt = conn
                 .prepare_cached(
@@ -29,18 +31,16 @@ pub async fn range(
                 )
                 .await
                 .map_err(classify)?;
-            conn.query(&stmt, &[&session.as_uuid(), &after, &upto, &limit]).await.map_err(classify)?
+            query_page(&**conn, &stmt, &[&session.as_uuid(), &after, &upto, &limit], page, row, size).await
         }
         None => {
             let stmt = conn
                 .prepare_cached("SELECT seq, event FROM journal WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3")
                 .await
                 .map_err(classify)?;
-            conn.query(&stmt, &[&after, &upto, &limit]).await.map_err(classify)?
+            query_page(&**conn, &stmt, &[&after, &upto, &limit], page, row, size).await
         }
-    };
-    let rows = rows.into_iter().map(|r| Ok::<_, StoreError>((r.get::<_, i64>(0), r.get::<_, String>(1))));
-    page.fill(rows, |(_, event)| event.len() + 40)
+    }
 }
 
 /// Events with seq ≥ `from`, as many as `page` holds (spec §5.7).
@@ -88,16 +88,15 @@ pub async fn inbox(
         .map_err(classify)?;
     let params: [&(dyn ToSql + Sync); 5] =
         [&session.as_uuid(), &loop_id.as_uuid(), &after, &include_acked, &page.sql_limit()];
-    let rows = conn.query(&stmt, &params).await.map_err(classify)?;
-    let entries = rows.into_iter().map(|r| {
-        Ok::<_, StoreError>(InboxEntry {
+    let entry = |r: tokio_postgres::Row| {
+        Ok(InboxEntry {
             seq: r.get(0),
             command: json_column(r.get(1))?,
             acked_at: r.get::<_, Option<i64>>(2).map(Timestamp::from_nanos),
         })
-    });
+    };
     // An inbox page says nothing of what remains: the loop asks again after the last seq.
-    Ok(page.fill(entries, PageBytes::page_bytes)?.0)
+    Ok(query_page(&**conn, &stmt, &params, page, entry, PageBytes::page_bytes).await?.0)
 }
 
 /// Marks a command delivered; idempotent. `false` when it is not in that loop's inbox. One

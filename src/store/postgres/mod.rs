@@ -430,3 +430,29 @@ fn uuid_column<T>(
 fn json_column(text: String) -> Result<Box<RawValue>, StoreError> {
     RawValue::from_string(text).map_err(|e| StoreError::Internal(format!("stored JSON: {e}")))
 }
+
+/// The rows of `stmt` that `page` holds, read as they arrive and mapped by `map`: once the page
+/// is full the rest of the result is discarded as it comes, never held (the query offers one row
+/// more than the page, so the second value says whether more rows exist).
+async fn query_page<C, T>(
+    client: &C,
+    stmt: &tokio_postgres::Statement,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    page: PageLimit,
+    map: impl Fn(tokio_postgres::Row) -> Result<T, StoreError>,
+    size: impl Fn(&T) -> usize,
+) -> Result<(Vec<T>, bool), StoreError>
+where
+    C: tokio_postgres::GenericClient,
+{
+    use futures_util::TryStreamExt;
+    let rows = client.query_raw(stmt, params.iter().copied()).await.map_err(classify)?;
+    let mut rows = std::pin::pin!(rows);
+    let mut fill = page.start();
+    while let Some(row) = rows.try_next().await.map_err(classify)? {
+        if !fill.offer(map(row)?, &size) {
+            return Ok((fill.rows, true));
+        }
+    }
+    Ok((fill.rows, false))
+}
