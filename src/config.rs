@@ -308,10 +308,16 @@ pub struct ServeArgs {
     #[arg(long = "webhook-url", value_name = "URL", env = "GATEHOUSE_WEBHOOK_URL")]
     pub webhook_urls: Vec<String>,
 
-    /// The Standard Webhooks secret (`whsec_…`) that signs notifications and verifies signed
-    /// answers.
-    #[arg(long, value_name = "PATH", env = "GATEHOUSE_WEBHOOK_SECRET_FILE")]
-    pub webhook_secret_file: Option<PathBuf>,
+    /// The Standard Webhooks secret (`whsec_…`) that signs notifications: a file for every
+    /// endpoint, or `URL=PATH` for one `--webhook-url` of its own (repeatable). It never verifies
+    /// answers (that is --inbound-secret-file), so a receiver of notifications cannot answer.
+    #[arg(long = "webhook-secret-file", value_name = "[URL=]PATH", env = "GATEHOUSE_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_files: Vec<String>,
+
+    /// The Standard Webhooks secret (`whsec_…`) that verifies signed answers on the answer route
+    /// (a bot answering as the principal `webhook`). Without it, signed answers are refused.
+    #[arg(long, value_name = "PATH", env = "GATEHOUSE_INBOUND_SECRET_FILE")]
+    pub inbound_secret_file: Option<PathBuf>,
 
     /// Let webhooks reach these otherwise forbidden addresses (repeatable), e.g. 127.0.0.1/32.
     #[arg(
@@ -364,6 +370,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", env = "GATEHOUSE_RATE_LIMIT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub rate_limit: u32,
 
+    /// Failed authentications (wrong tokens, logins, cookies or signatures) one client address
+    /// may make per minute, in a burst or spread out; past it, that address gets `429` with
+    /// `Retry-After` for every credential until its budget refills. Other addresses are not held up.
+    #[arg(long, value_name = "N", env = "GATEHOUSE_AUTH_FAILURES", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    pub auth_failures: u32,
+
+    /// A reverse proxy in front of gatehouse (repeatable, a CIDR like 10.0.0.0/8 or an address):
+    /// for its connections the client address of per-address limits is the one it appends to
+    /// `X-Forwarded-For`, and its connections are not counted by --max-unauthenticated-per-address.
+    /// From anyone else `X-Forwarded-For` is ignored.
+    #[arg(long = "trusted-proxy", value_name = "CIDR", env = "GATEHOUSE_TRUSTED_PROXY", value_delimiter = ',')]
+    pub trusted_proxies: Vec<String>,
+
     /// Streams one token may hold open at once (only with tokens); --max-streams bounds all.
     #[arg(long, value_name = "N", env = "GATEHOUSE_MAX_STREAMS_PER_TOKEN", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_streams_per_token: u32,
@@ -414,6 +433,8 @@ impl fmt::Debug for ServeArgs {
             .field("cors_origins", &self.cors_origins)
             .field("rate_limit", &self.rate_limit)
             .field("max_streams_per_token", &self.max_streams_per_token)
+            .field("auth_failures", &self.auth_failures)
+            .field("trusted_proxies", &self.trusted_proxies)
             .finish_non_exhaustive()
     }
 }

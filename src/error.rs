@@ -34,6 +34,10 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the gate is no longer open")]
     GateNotReady(Box<RawValue>),
+    /// `gate_not_ready` on an answer link: whoever holds a link may answer, not learn the
+    /// answer, so the winner is not named; only whether the gate was `answered` or `closed`.
+    #[error("this question was already {0}")]
+    LinkUsed(&'static str),
     #[error("this tool execution already opened a gate with different content")]
     GateConflict(Box<GateView>),
     #[error("this Idempotency-Key was already used on this gate with a different answer")]
@@ -68,7 +72,7 @@ impl ApiError {
             Self::GateNotFound => "gate_not_found",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
-            Self::GateNotReady(_) => "gate_not_ready",
+            Self::GateNotReady(_) | Self::LinkUsed(_) => "gate_not_ready",
             Self::GateConflict(_) => "gate_conflict",
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge(_) => "payload_too_large",
@@ -93,7 +97,9 @@ impl ApiError {
             Self::GateNotFound | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::GateNotReady(_) | Self::GateConflict(_) | Self::IdempotencyConflict => StatusCode::CONFLICT,
+            Self::GateNotReady(_) | Self::LinkUsed(_) | Self::GateConflict(_) | Self::IdempotencyConflict => {
+                StatusCode::CONFLICT
+            }
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -194,7 +194,11 @@ pub async fn run(
             return Err(ServeError::Deadlines(e));
         }
     };
-    let webhook_secret = match webhook::start(&args, address, &store, &bus, &tasks, token.clone()).await {
+    let started = match webhook::inbound_secret(&args) {
+        Ok(inbound) => webhook::start(&args, address, &store, &bus, &tasks, token.clone()).await.map(|()| inbound),
+        Err(e) => Err(e),
+    };
+    let inbound_secret = match started {
         Ok(secret) => secret,
         Err(e) => {
             stopping.stop().await;
@@ -218,7 +222,7 @@ pub async fn run(
         page_reads: PageReads::new(args.max_page_reads_per_token),
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
-        auth: Arc::new(Auth::new(security, store.server_key().expose(), webhook_secret)),
+        auth: Arc::new(Auth::new(security, store.server_key().expose(), inbound_secret)),
     });
     match state.auth.security.tokens() {
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),
@@ -250,6 +254,7 @@ pub async fn run(
         read_timeouts: ReadTimeouts { header: args.header_timeout, keep_alive: args.keep_alive_timeout },
         stream_stall: args.stream_stall,
         open_mode: state.auth.security.is_open(),
+        trusted_proxies: state.auth.security.trusted_proxies().clone(),
     };
     // One router for every connection: its handlers became services once, when it got its state
     // (axum's `Router` served per connection would clone the route table, tens of KiB, each time).

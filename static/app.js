@@ -577,6 +577,12 @@ async function submitLogin(event) {
     await login(token);
   } catch (error) {
     setLoginBusy(false);
+    if (error.status === 403) {
+      // An agent token: the server refuses it a login at all.
+      dom.loginToken.value = '';
+      needLogin(error);
+      return;
+    }
     if (error.status === 401) showLoginError('This token is not valid. Check it and try again.');
     else if (error.status === 0) showLoginError('Could not reach gatehouse. Try again.');
     else showLoginError(`The login failed: ${error.message}.`);

@@ -1,15 +1,23 @@
 //! Who may do what (spec §10): tokens with roles, the page's login cookie, the `Host` and
-//! `Origin` checks, per-token limits, and the fail-secure bind. The HTTP guard (`http::guard`)
+//! `Origin` checks, per-token limits, the throttle on failed authentication (per client address,
+//! `client` says which), and the fail-secure bind. The HTTP guard (`http::guard`)
 //! applies it to every route; this module holds the decisions, free of HTTP plumbing.
 
+pub mod client;
 pub mod cookie;
+pub mod failures;
 pub mod limits;
 pub mod tokens;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::http::HeaderMap;
+
+pub use client::{ClientKey, TrustedProxies};
 pub use cookie::CookieKey;
+pub use failures::FailureLimiter;
 pub use limits::{Limiter, StreamSlot, TokenLimits};
 pub use tokens::{PRINCIPAL_LINK, PRINCIPAL_WEBHOOK, Role, Token, Tokens, TokensError};
 
@@ -116,9 +124,13 @@ pub struct Security {
     cors_origins: Vec<String>,
     /// The origin of `--public-url`.
     public_origin: Option<String>,
-    /// Login cookies carry `Secure` when the public URL is https.
+    /// Login cookies carry `Secure` (and a `__Host-` name) when the public URL is https.
     secure_cookie: bool,
     limits: TokenLimits,
+    /// `--trusted-proxy`: whose `X-Forwarded-For` names the client.
+    proxies: TrustedProxies,
+    /// `--auth-failures`: failed authentications per client address and minute.
+    auth_failures: u32,
 }
 
 impl Security {
@@ -131,6 +143,17 @@ impl Security {
         let cors_origins =
             args.cors_origins.iter().map(|url| origin_of("--cors-origin", url)).collect::<Result<Vec<_>, _>>()?;
         let secure_cookie = public.as_ref().is_some_and(|o| o.starts_with("https://"));
+        let proxies = args
+            .trusted_proxies
+            .iter()
+            .map(|cidr| {
+                cidr.parse().map_err(|e: crate::webhook::ssrf::CidrError| SecurityError::Flag {
+                    flag: "--trusted-proxy",
+                    value: cidr.clone(),
+                    reason: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let hosts = ip.is_loopback().then(|| {
             let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
             hosts.extend(public.as_deref().and_then(host_of));
@@ -148,7 +171,14 @@ impl Security {
                 posts_per_second: args.rate_limit.max(1),
                 streams: args.max_streams_per_token.max(1),
             },
+            proxies: TrustedProxies::new(proxies),
+            auth_failures: args.auth_failures,
         })
+    }
+
+    /// The `--trusted-proxy` networks.
+    pub fn trusted_proxies(&self) -> &TrustedProxies {
+        &self.proxies
     }
 
     /// Open mode: no tokens file.
@@ -185,28 +215,50 @@ impl Security {
         same || self.public_origin.as_ref() == Some(&origin) || self.cors_origins.contains(&origin)
     }
 
-    /// The attributes of the login cookie.
-    pub fn cookie_attributes(&self) -> String {
+    /// The attributes of the login cookie, for a cookie that lasts `max_age` seconds (0 ends it).
+    pub fn cookie_attributes(&self, max_age: u64) -> String {
         let secure = if self.secure_cookie { "; Secure" } else { "" };
-        format!("Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", cookie::LIFETIME_SECS)
+        format!("Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
     }
 }
 
-/// Security at run time: the settings, the login cookie key (from the database) and the
-/// per-token limits' state.
+/// Security at run time: the settings, the login cookie key (from the server key), the
+/// per-token limits' state and the failure budgets of client addresses.
 pub struct Auth {
     pub security: Security,
     pub cookies: CookieKey,
     pub limiter: Option<Arc<Limiter>>,
-    /// Verifies signed webhook answers (`--webhook-secret-file`).
-    pub webhook_secret: Option<Arc<Secret>>,
+    pub failures: FailureLimiter,
+    /// Verifies signed answers (`--inbound-secret-file`); never the secret that signs
+    /// notifications, so their receivers cannot answer gates.
+    pub inbound_secret: Option<Arc<Secret>>,
 }
 
 impl Auth {
-    pub fn new(security: Security, database_secret: &[u8], webhook_secret: Option<Arc<Secret>>) -> Self {
+    pub fn new(security: Security, database_secret: &[u8], inbound_secret: Option<Arc<Secret>>) -> Self {
         // Per-token limits only with tokens (spec §10).
         let limiter = security.tokens.as_ref().map(|_| Limiter::new(security.limits));
-        Self { security, cookies: CookieKey::derive(database_secret), limiter, webhook_secret }
+        let cookies = CookieKey::derive(database_secret, security.secure_cookie);
+        let failures = FailureLimiter::new(security.auth_failures);
+        Self { security, cookies, limiter, failures, inbound_secret }
+    }
+
+    /// The client address of a request from `peer` (see `client`).
+    pub fn client_address(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        self.security.proxies.client(peer, headers)
+    }
+
+    /// Before a credential from `client` is verified: how long it must wait while its address
+    /// has spent its failures (`None`: no address known, as in a test's in-memory router).
+    pub fn may_try(&self, client: Option<IpAddr>) -> Result<(), Duration> {
+        client.map_or(Ok(()), |ip| self.failures.check(ip))
+    }
+
+    /// A credential from `client` did not verify.
+    pub fn failed(&self, client: Option<IpAddr>) {
+        if let Some(ip) = client {
+            self.failures.failed(ip);
+        }
     }
 
     /// One more stream for the caller: `None` when its token holds its maximum. Open mode and

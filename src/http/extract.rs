@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::http::guard::{ClientAddress, throttled};
 use crate::http::{AppState, Limits};
 use crate::webhook::sign;
 
@@ -108,14 +109,19 @@ impl<T: DeserializeOwned> FromRequest<AppState> for SignedJsonBody<T> {
         let (parts, bytes) = read_json(req, state).await?;
         let bytes = bytes.ok_or_else(|| ApiError::invalid_body("a JSON body is required"))?;
         let signed = parts.headers.contains_key(sign::HEADER_SIGNATURE);
-        let signed_by = if signed { Some(verify_webhook(state, &parts.headers, &bytes)?) } else { None };
+        let signed_by = if signed {
+            let client = parts.extensions.get::<ClientAddress>().and_then(|c| c.0);
+            Some(throttled(&state.auth, client, || verify_webhook(state, &parts.headers, &bytes))?)
+        } else {
+            None
+        };
         Ok(Self(decode(&bytes)?, signed_by))
     }
 }
 
-/// Checks a Standard Webhooks signature with the configured secret; the `webhook-id` on success.
+/// Checks a Standard Webhooks signature with the inbound secret; the `webhook-id` on success.
 fn verify_webhook(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
-    let secret = state.auth.webhook_secret.as_ref().ok_or_else(no_webhook_secret)?;
+    let secret = state.auth.inbound_secret.as_ref().ok_or_else(no_inbound_secret)?;
     let id = header_text(headers, sign::HEADER_ID).unwrap_or_default();
     let timestamp = header_text(headers, sign::HEADER_TIMESTAMP).unwrap_or_default();
     let signature = header_text(headers, sign::HEADER_SIGNATURE).unwrap_or_default();
@@ -128,9 +134,9 @@ fn verify_webhook(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<
     Ok(id.to_owned())
 }
 
-/// The 401 of a signed answer to a server without `--webhook-secret-file`.
-pub fn no_webhook_secret() -> ApiError {
-    ApiError::Unauthorized("signed answers need the server's --webhook-secret-file".into())
+/// The 401 of a signed answer to a server without `--inbound-secret-file`.
+pub fn no_inbound_secret() -> ApiError {
+    ApiError::Unauthorized("signed answers need the server's --inbound-secret-file".into())
 }
 
 /// The 401 of a signature that does not verify.

@@ -1,20 +1,21 @@
 //! The guard in front of every route: it applies the route's `Access` (spec §10) in the check
-//! order `openapi.yaml` documents — authentication 401 → path 400 → role and session scope 403 →
+//! order `openapi.yaml` documents — the failure throttle 429 → authentication 401 → path 400 → role and session scope 403 →
 //! `Host` 403 → the cookie's CSRF rules 403 → the per-token rate limit 429 — and hands the
 //! handler its `Caller`. Query, media type, size and body checks follow in the handler's
 //! extractors (spec §4.5 puts the query before the 403; openapi says where this differs).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::RequestExt;
-use axum::extract::{FromRequestParts, RawPathParams, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, RawPathParams, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::extract::{header_text, is_json, no_webhook_secret, signature_refused};
-use crate::auth::{Access, Auth, Caller, Role, cookie};
+use super::extract::{header_text, is_json, no_inbound_secret, signature_refused};
+use crate::auth::{Access, Auth, Caller, Role};
 use crate::domain::{CommandId, GateId, LoopId, SessionId};
 use crate::error::ApiError;
 use crate::webhook::sign;
@@ -38,7 +39,10 @@ pub async fn guard(State(guard): State<GuardState>, mut req: Request, next: Next
 
 async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError> {
     let GuardState { auth, access } = guard;
-    let (caller, by_cookie) = authenticate(auth, *access, req.headers())?;
+    let client =
+        req.extensions().get::<ConnectInfo<SocketAddr>>().map(|peer| auth.client_address(peer.ip(), req.headers()));
+    req.extensions_mut().insert(ClientAddress(client));
+    let (caller, by_cookie) = authenticate(auth, *access, req.headers(), client)?;
     let session = path_session(req).await?;
     if let Caller::Token(token) = &caller {
         if !access.permits(token.role) {
@@ -87,14 +91,59 @@ async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError
         && let (Some(limiter), Caller::Token(token)) = (&auth.limiter, &caller)
         && let Err(wait) = limiter.take_post(&token.name)
     {
-        let retry_after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        return Err(ApiError::RateLimited { what: "this token sends too many requests", retry_after });
+        return Err(ApiError::RateLimited {
+            what: "this token sends too many requests",
+            retry_after: whole_seconds(wait),
+        });
     }
     Ok(caller)
 }
 
-/// The caller, and whether it was the login cookie that identified it.
-fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Caller, bool), ApiError> {
+/// The client address of a request (see `auth::client`), set by the guard; `None` without a
+/// connection to take it from.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts.extensions.get::<ClientAddress>().copied().unwrap_or(ClientAddress(None)))
+    }
+}
+
+/// Verifies a credential under the failure throttle (`auth::failures`): `429` without
+/// verifying anything while `client` has spent its failures; a `401` from `verify` counts as
+/// one more.
+pub fn throttled<T>(
+    auth: &Auth,
+    client: Option<IpAddr>,
+    verify: impl FnOnce() -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    auth.may_try(client).map_err(|wait| ApiError::RateLimited {
+        what: "this address failed to authenticate too often",
+        retry_after: whole_seconds(wait),
+    })?;
+    let verified = verify();
+    if let Err(ApiError::Unauthorized(_)) = &verified {
+        auth.failed(client);
+    }
+    verified
+}
+
+/// A wait in whole seconds, rounded up (`Retry-After`).
+fn whole_seconds(wait: std::time::Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+/// The caller, and whether it was the login cookie that identified it. Every credential is
+/// verified under the failure throttle of the `client` address.
+fn authenticate(
+    auth: &Auth,
+    access: Access,
+    headers: &HeaderMap,
+    client: Option<IpAddr>,
+) -> Result<(Caller, bool), ApiError> {
     let Some(tokens) = auth.security.tokens().filter(|_| access.guarded()) else {
         return Ok((Caller::Anyone, false));
     };
@@ -105,32 +154,40 @@ fn authenticate(auth: &Auth, access: Access, headers: &HeaderMap) -> Result<(Cal
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim());
-        return match presented.and_then(|token| tokens.find(token)) {
-            Some(token) => Ok((Caller::Token(token), false)),
-            None => Err(ApiError::Unauthorized("the bearer token is not valid".into())),
-        };
+        let token = throttled(auth, client, || {
+            presented
+                .and_then(|token| tokens.find(token))
+                .ok_or_else(|| ApiError::Unauthorized("the bearer token is not valid".into()))
+        })?;
+        return Ok((Caller::Token(token), false));
     }
     let now = crate::domain::Timestamp::now().unix_seconds();
-    let login = headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(cookie::from_header);
-    if let Some(value) = login {
-        return match auth.cookies.authenticate(value, tokens, now) {
-            Some(token) => Ok((Caller::Token(token), true)),
-            None => Err(ApiError::Unauthorized("the login has expired or is no longer valid; log in again".into())),
-        };
+    let mut logins = auth.cookies.values(headers).peekable();
+    if logins.peek().is_some() {
+        // Of several cookies of this name (a browser sends one per matching path), the one this
+        // server issued counts.
+        let token = throttled(auth, client, || {
+            logins.find_map(|value| auth.cookies.authenticate(value, tokens, now)).ok_or_else(|| {
+                ApiError::Unauthorized("the login has expired or is no longer valid; log in again".into())
+            })
+        })?;
+        return Ok((Caller::Token(token), true));
     }
     if access == Access::Answer
         && let Some(signature) = header_text(headers, sign::HEADER_SIGNATURE)
     {
         // Everything but the MAC is checked now, so an unsigned stranger gets its 401 first; the
         // MAC needs the body and is checked by the body extractor.
-        auth.webhook_secret.as_ref().ok_or_else(no_webhook_secret)?;
-        sign::check_headers(
-            header_text(headers, sign::HEADER_ID).unwrap_or_default(),
-            header_text(headers, sign::HEADER_TIMESTAMP).unwrap_or_default(),
-            signature,
-            now,
-        )
-        .map_err(signature_refused)?;
+        auth.inbound_secret.as_ref().ok_or_else(no_inbound_secret)?;
+        throttled(auth, client, || {
+            sign::check_headers(
+                header_text(headers, sign::HEADER_ID).unwrap_or_default(),
+                header_text(headers, sign::HEADER_TIMESTAMP).unwrap_or_default(),
+                signature,
+                now,
+            )
+            .map_err(signature_refused)
+        })?;
         return Ok((Caller::Signature, false));
     }
     Err(ApiError::Unauthorized("this route needs a token: `Authorization: Bearer …`, or log in on the page".into()))

@@ -1,11 +1,13 @@
 //! Answer links (spec §9): `{public_url}/v1/answers/{token}` answers one gate without any other
 //! credential: the token is the capability. `GET` shows a small confirm page; `POST` takes the
-//! body of §5.2 and answers once, as the principal `answer-link`.
+//! body of §5.2 and answers once, as the principal `answer-link`. A link answers; it never shows
+//! what someone else answered.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use super::extract::{IdempotencyKey, JsonBody, Params};
 use super::gates::answer_record;
@@ -44,7 +46,26 @@ async fn answer_by_link(
     if !body.names_gate(record.view.gate_id) {
         return Err(ApiError::invalid_body("gate_id in the body must name the link's gate"));
     }
-    answer_record(&state, record, &body, key, AnsweredBy::Person { principal: Some(PRINCIPAL_LINK.into()) }).await
+    let by = AnsweredBy::Person { principal: Some(PRINCIPAL_LINK.into()) };
+    answer_record(&state, record, &body, key, by).await.map_err(|e| match e {
+        // Whoever holds a link may answer, not read the answer (nor who gave it).
+        ApiError::GateNotReady(resolution) => ApiError::LinkUsed(outcome(is_close(&resolution))),
+        e => e,
+    })
+}
+
+/// How a gate that is no longer open ended, in the words of the link's page and errors.
+fn outcome(closed: bool) -> &'static str {
+    if closed { "closed" } else { "answered" }
+}
+
+/// Whether a `GateResolved` is a close (it carries no action).
+fn is_close(resolution: &RawValue) -> bool {
+    #[derive(Deserialize)]
+    struct Action {
+        action: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_str::<Action>(resolution.get()).is_ok_and(|r| r.action.is_none())
 }
 
 /// A small page: the question and the choices as text (never HTML from the gate), and a script
@@ -86,8 +107,10 @@ async fn confirm_page(
         }
         html.push_str("</form><p id=\"result\" role=\"status\"></p>");
     } else {
-        let answer = record.view.answer.as_deref().map(escape).unwrap_or_default();
-        html.push_str(&format!("<p role=\"status\">Already {}. {answer}</p>", record.view.state.as_str()));
+        // The link is a capability to answer, not to read: the page says that the gate was
+        // answered or closed, never what the answer was.
+        let outcome = outcome(record.view.state == GateState::Closed);
+        html.push_str(&format!("<p role=\"status\">This question was already {outcome}.</p>"));
     }
     html.push_str("</main></body></html>");
     let mut response = (StatusCode::OK, html).into_response();

@@ -5,7 +5,8 @@
 //! - `--max-unauthenticated-per-address` bounds the connections one client address (IPv4, or an
 //!   IPv6 /64) holds before they authenticate (see `connection`); past it, that address's new
 //!   connections are closed the same way. Clients that authenticate, and other addresses, are
-//!   not held up by one address's half-open connections.
+//!   not held up by one address's half-open connections. A `--trusted-proxy` is not counted: it
+//!   carries the connections of many clients.
 //! - The open-file limit is raised to its hard limit at start, and a limit that cannot hold the
 //!   connection cap refuses to start (`raise_open_file_limit`).
 //! - Shutdown stops accepting, lets every connection finish the request it is in (streams and
@@ -17,7 +18,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,6 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{Connection, ConnectionIo, ConnectionService, ReadTimeouts};
+use crate::auth::{ClientKey, TrustedProxies};
 
 /// The kernel send buffer asked for on every accepted connection. Linux autotunes it up to 4 MiB,
 /// which would let one stalled client pin that much memory and would delay `--stream-stall` by as
@@ -71,6 +73,8 @@ pub struct ConnectionLimits {
     pub stream_stall: Duration,
     /// No tokens file: a connection authenticates with its first complete request head.
     pub open_mode: bool,
+    /// `--trusted-proxy`: their connections are not counted per address.
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// Why `serve` will not start with this open-file limit.
@@ -145,7 +149,13 @@ pub async fn serve(
             refusals.refuse(Refusal::Connections(limits.max_connections));
             continue;
         };
-        let Some(slot) = unauthenticated.admit(peer.ip()) else {
+        // A trusted proxy carries many clients' connections; it is not one client.
+        let slot = if limits.trusted_proxies.trusts(peer.ip()) {
+            Some(unauthenticated.exempt(peer.ip()))
+        } else {
+            unauthenticated.admit(peer.ip())
+        };
+        let Some(slot) = slot else {
             refusals.refuse(Refusal::Address(peer.ip(), limits.max_unauthenticated_per_address));
             continue;
         };
@@ -245,26 +255,6 @@ impl Refusals {
     }
 }
 
-/// A client address as the per-address budget counts it: IPv4 addresses one by one (an
-/// IPv4-mapped IPv6 address as its IPv4 address), IPv6 by /64, the block one subscriber gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum ClientKey {
-    V4(Ipv4Addr),
-    V6Prefix(u64),
-}
-
-impl From<IpAddr> for ClientKey {
-    fn from(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(v4) => Self::V4(v4),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Self::V4(v4),
-                None => Self::V6Prefix((u128::from(v6) >> 64) as u64),
-            },
-        }
-    }
-}
-
 /// Unauthenticated connections per client address. Only addresses that hold one are in the
 /// map, so it is never larger than the number of open connections.
 pub(super) struct AddressBudget {
@@ -292,6 +282,11 @@ impl AddressBudget {
         }
         *count += 1;
         Some(AddressSlot { budget: Arc::clone(self), key, held: AtomicBool::new(true) })
+    }
+
+    /// A slot that holds no place in the budget (a trusted proxy's connection).
+    pub(super) fn exempt(self: &Arc<Self>, ip: IpAddr) -> AddressSlot {
+        AddressSlot { budget: Arc::clone(self), key: ClientKey::from(ip), held: AtomicBool::new(false) }
     }
 }
 
@@ -343,16 +338,5 @@ mod tests {
         assert!(budget.admit(a).is_none(), "a slot given back twice counts once");
         drop((second, third));
         assert!(budget.held().is_empty(), "an address without connections leaves the map");
-    }
-
-    #[test]
-    fn ipv6_clients_are_counted_by_their_64() {
-        let one = ClientKey::from("2001:db8:1:2::1".parse::<IpAddr>().unwrap());
-        let same = ClientKey::from("2001:db8:1:2:ffff::9".parse::<IpAddr>().unwrap());
-        let other = ClientKey::from("2001:db8:1:3::1".parse::<IpAddr>().unwrap());
-        assert_eq!(one, same);
-        assert_ne!(one, other);
-        let mapped = ClientKey::from("::ffff:192.0.2.7".parse::<IpAddr>().unwrap());
-        assert_eq!(mapped, ClientKey::V4(Ipv4Addr::new(192, 0, 2, 7)));
     }
 }

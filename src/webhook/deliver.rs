@@ -45,7 +45,6 @@ pub struct Delivery {
     /// How long a lease lasts without renewal (the holder renews it four times as often).
     pub lease: Duration,
     pub http: reqwest::Client,
-    pub secret: std::sync::Arc<Secret>,
     /// Waits after the 1st, 2nd, … failed attempt; after the last, the event is a dead letter.
     pub schedule: Vec<Duration>,
     /// Base of answer links (`{public_url}/v1/answers/{token}`).
@@ -77,8 +76,8 @@ enum Outcome {
 
 impl Delivery {
     /// Follows one endpoint until shutdown, while it holds its lease (and idles once the endpoint
-    /// is disabled).
-    pub async fn run(self, url: String) {
+    /// is disabled), signing with the endpoint's `secret`.
+    pub async fn run(self, url: String, secret: std::sync::Arc<Secret>) {
         let mut head = self.bus.head();
         // Storage trouble: wait at random up to 1 s, 2 s, 4 s, … at most 30 s before looking again.
         let mut trouble = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
@@ -87,7 +86,7 @@ impl Delivery {
             if self.shutdown.is_cancelled() {
                 break;
             }
-            match self.step(&url, &mut head, &mut held).await {
+            match self.step(&url, &secret, &mut head, &mut held).await {
                 Ok(true) => trouble.reset(),
                 Ok(false) => {
                     // Disabled (a 410): nothing more until an operator re-enables it at a start.
@@ -137,6 +136,7 @@ impl Delivery {
     async fn step(
         &self,
         url: &str,
+        secret: &Secret,
         head: &mut tokio::sync::watch::Receiver<i64>,
         held: &mut Option<(Lease, tokio::time::Instant)>,
     ) -> Result<bool, StoreError> {
@@ -176,7 +176,7 @@ impl Delivery {
         // Not cancelled by shutdown: a request cut off mid-flight may well have reached the
         // receiver, and the next start would send it again. The server waits for it (up to its
         // shutdown grace, then drops this task: the next start sends it again after all).
-        let outcome = self.post(url, seq, &event).await;
+        let outcome = self.post(url, secret, seq, &event).await;
         let recorded = match outcome {
             Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq, lease).await?,
             Outcome::Gone => {
@@ -213,13 +213,13 @@ impl Delivery {
     }
 
     /// One attempt: the exact bytes are rebuilt from the stored event, so a retry is identical.
-    async fn post(&self, url: &str, seq: i64, event: &str) -> Outcome {
+    async fn post(&self, url: &str, secret: &Secret, seq: i64, event: &str) -> Outcome {
         let Ok(head) = serde_json::from_str::<EventHead>(event) else {
             return Outcome::Failed("the stored event is not readable".into());
         };
         let body = self.body(seq, event, &head);
         let timestamp = Timestamp::now().unix_seconds();
-        let signature = sign::sign(&self.secret, &head.event_id, timestamp, body.as_bytes());
+        let signature = sign::sign(secret, &head.event_id, timestamp, body.as_bytes());
         let sent = self
             .http
             .post(url)

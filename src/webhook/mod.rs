@@ -1,5 +1,5 @@
 //! Webhooks (spec §9): durable outbound notifications (`deliver`), Standard Webhooks signatures
-//! (`sign`, also for signed inbound answers) and the SSRF guard for outbound deliveries (`ssrf`).
+//! (`sign`, also for signed inbound answers, with a secret of their own) and the SSRF guard for outbound deliveries (`ssrf`).
 
 pub mod deliver;
 pub mod sign;
@@ -14,6 +14,7 @@ use crate::bus::Bus;
 use crate::config::ServeArgs;
 use crate::store::{Store, StoreError};
 use crate::supervise::Supervisor;
+use deliver::Delivery;
 use sign::Secret;
 use ssrf::{Cidr, Guard};
 
@@ -26,8 +27,55 @@ pub enum WebhookError {
     Store(#[from] StoreError),
 }
 
-/// Reads the secret, checks the endpoints and starts one delivery task per enabled endpoint
-/// under `supervisor`. Returns the secret, which also verifies signed answers.
+/// Reads the inbound secret (`--inbound-secret-file`), which verifies signed answers, if any.
+pub fn inbound_secret(args: &ServeArgs) -> Result<Option<Arc<Secret>>, WebhookError> {
+    let Some(path) = &args.inbound_secret_file else { return Ok(None) };
+    let secret = Secret::from_file(path).map_err(|e| WebhookError::Config(format!("--inbound-secret-file: {e}")))?;
+    Ok(Some(Arc::new(secret)))
+}
+
+/// Each `--webhook-url` with the secret that signs its requests: its own `URL=PATH`, else the
+/// plain `PATH` given for all.
+fn endpoint_secrets(args: &ServeArgs, urls: &[String]) -> Result<Vec<(String, Arc<Secret>)>, WebhookError> {
+    let read = |path: &str| {
+        Secret::from_file(path).map(Arc::new).map_err(|e| WebhookError::Config(format!("--webhook-secret-file: {e}")))
+    };
+    let (mut shared, mut own) = (None, std::collections::HashMap::new());
+    for value in &args.webhook_secret_files {
+        // `URL=PATH` only for a URL given to --webhook-url (URLs may hold `=` themselves); the
+        // longest such URL wins.
+        let endpoint = urls
+            .iter()
+            .filter(|url| value.strip_prefix(url.as_str()).is_some_and(|rest| rest.starts_with('=')))
+            .max_by_key(|url| url.len());
+        match endpoint {
+            Some(url) => {
+                if own.insert(url.clone(), read(&value[url.len() + 1..])?).is_some() {
+                    return Err(WebhookError::Config(format!("--webhook-secret-file names {url} twice")));
+                }
+            }
+            None if shared.is_none() => shared = Some(read(value)?),
+            None => {
+                return Err(WebhookError::Config(
+                    "--webhook-secret-file is given twice for every endpoint; give one PATH for all, and URL=PATH                      for an endpoint of its own (URL exactly as given to --webhook-url)"
+                        .into(),
+                ));
+            }
+        }
+    }
+    urls.iter()
+        .map(|url| match own.remove(url).or_else(|| shared.clone()) {
+            Some(secret) => Ok((url.clone(), secret)),
+            None => Err(WebhookError::Config(format!(
+                "--webhook-url {url} needs a secret to sign with: --webhook-secret-file PATH (for every endpoint) \
+                 or --webhook-secret-file {url}=PATH"
+            ))),
+        })
+        .collect()
+}
+
+/// Checks the endpoints and their secrets and starts one delivery task per enabled endpoint
+/// under `supervisor`.
 pub async fn start(
     args: &ServeArgs,
     address: SocketAddr,
@@ -35,17 +83,15 @@ pub async fn start(
     bus: &Arc<Bus>,
     supervisor: &Supervisor,
     shutdown: CancellationToken,
-) -> Result<Option<Arc<Secret>>, WebhookError> {
-    let secret = match &args.webhook_secret_file {
-        None => None,
-        Some(path) => Some(Arc::new(Secret::from_file(path).map_err(|e| WebhookError::Config(e.to_string()))?)),
-    };
+) -> Result<(), WebhookError> {
     if args.webhook_urls.is_empty() {
-        return Ok(secret);
+        if !args.webhook_secret_files.is_empty() {
+            tracing::warn!(
+                "--webhook-secret-file without --webhook-url signs nothing (signed answers are verified with --inbound-secret-file)"
+            );
+        }
+        return Ok(());
     }
-    let Some(secret) = secret else {
-        return Err(WebhookError::Config("--webhook-url needs --webhook-secret-file to sign with".into()));
-    };
     let public_url = match &args.public_url {
         Some(url) => {
             ssrf::check_url(url).map_err(|e| WebhookError::Config(format!("--public-url {url}: {e}")))?;
@@ -68,6 +114,8 @@ pub async fn start(
     let mut urls = args.webhook_urls.clone();
     urls.sort();
     urls.dedup();
+    let mut secrets: std::collections::HashMap<String, Arc<Secret>> =
+        endpoint_secrets(args, &urls)?.into_iter().collect();
     for url in &urls {
         guard.check(url).map_err(|e| WebhookError::Config(format!("--webhook-url {url}: {e}")))?;
     }
@@ -75,7 +123,7 @@ pub async fn start(
         WebhookError::Config(format!("cannot set up the webhook HTTP client (are CA certificates installed?): {e}"))
     })?;
     let endpoints = store.webhook_register(urls, args.webhook_reenable.clone()).await?;
-    let delivery = deliver::Delivery {
+    let delivery = Delivery {
         store: store.clone(),
         bus: Arc::clone(bus),
         // Unique per process: a restarted replica is a new owner, and takes its leases over
@@ -83,7 +131,6 @@ pub async fn start(
         replica: format!("gatehouse-{}", uuid::Uuid::new_v4().simple()),
         lease: args.webhook_lease,
         http,
-        secret: Arc::clone(&secret),
         schedule: if args.webhook_retry_schedule.is_empty() {
             deliver::DEFAULT_SCHEDULE.to_vec()
         } else {
@@ -97,8 +144,9 @@ pub async fn start(
         if endpoint.disabled {
             tracing::warn!(url = %endpoint.url, "webhook endpoint is disabled (it answered 410); --webhook-reenable to resume");
         } else {
-            supervisor.spawn("webhook delivery", delivery.clone().run(endpoint.url));
+            let secret = secrets.remove(&endpoint.url).expect("every registered endpoint has its secret");
+            supervisor.spawn("webhook delivery", delivery.clone().run(endpoint.url, secret));
         }
     }
-    Ok(Some(secret))
+    Ok(())
 }

@@ -137,6 +137,7 @@ fn the_route_table_is_the_one_of_spec_section_10() {
         ("GET", "/openapi.yaml", "open"),
         ("GET", "/v1/capabilities", "open"),
         ("POST", "/v1/login", "open"),
+        ("POST", "/v1/logout", "open"),
         ("GET", "/v1/answers/{token}", "link"),
         ("POST", "/v1/answers/{token}", "link"),
     ]
@@ -496,4 +497,124 @@ async fn cookies_are_trusted_from_listed_origins_and_agents_match_prefixes_in_an
     // A malformed id is a 400 before any 403.
     agent.get("/v1/sessions/not-a-uuid/gates").await.expect_error(400, "invalid_parameter");
     app.bearer(RESPONDER.secret).get("/v1/webhooks/deliveries?status=pending").await.expect_error(403, "forbidden");
+}
+
+/// `n` requests with wrong tokens, one at a time; how many got 401 and how many 429 (each 429
+/// with a `Retry-After`), and the last `Retry-After`.
+async fn guess(client: &Client, n: usize) -> (usize, usize, u64) {
+    let (mut refused, mut throttled, mut retry_after) = (0, 0, 0);
+    for i in 0..n {
+        let wrong = format!("Bearer a-wrong-guess-{i:012}");
+        let resp = client.send(Method::GET, "/v1/gates", &[("authorization", &wrong)], None).await;
+        match resp.status {
+            401 => refused += 1,
+            429 => {
+                throttled += 1;
+                retry_after = resp.headers["retry-after"].to_str().unwrap().parse().unwrap();
+            }
+            other => panic!("a wrong token got {other}"),
+        }
+    }
+    (refused, throttled, retry_after)
+}
+
+#[tokio::test]
+async fn failed_authentication_is_throttled_per_client_address() {
+    let (app, _dir, _db) = spawn_with_tokens(|_| {}).await;
+    let guesser = app.via_address("127.0.0.1".parse().unwrap());
+    let started = std::time::Instant::now();
+    let (refused, throttled, retry_after) = guess(&guesser, 1000).await;
+    // --auth-failures (30 a minute, all at once or one every 2 s), then 429 without looking.
+    let refilled = (started.elapsed().as_secs_f64() / 2.0).ceil() as usize;
+    assert!((30..=30 + refilled).contains(&refused), "{refused} refused in {:?}", started.elapsed());
+    assert_eq!(refused + throttled, 1000);
+    assert!((1..=2).contains(&retry_after), "one failure comes back every 2 s: {retry_after}");
+    // The right token from the guessing address waits too: a 429 tells a guesser nothing.
+    let error = guesser.bearer(ADMIN.secret).get("/v1/gates").await.expect_error(429, "rate_limited");
+    assert!(error["error"]["message"].as_str().unwrap().contains("failed to authenticate"), "{error}");
+    guesser.post("/v1/login", &json!({"token": RESPONDER.secret})).await.expect_error(429, "rate_limited");
+    // Routes that take no credential are not held up.
+    guesser.get("/healthz").await.expect(200);
+
+    // Another address is not locked out, not even for a moment.
+    let other = app.via_address("127.0.0.2".parse().unwrap());
+    other.bearer(ADMIN.secret).get("/v1/gates").await.expect(200);
+    other.bearer("one-wrong-guess-0123456789").get("/v1/gates").await.expect_error(401, "unauthorized");
+
+    // After Retry-After the guesser gets a try again: the right token passes.
+    tokio::time::sleep(std::time::Duration::from_secs(retry_after)).await;
+    guesser.bearer(ADMIN.secret).get("/v1/gates").await.expect(200);
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
+    let proxied = |app: &TestApp, client: &str| app.with_header("x-forwarded-for", &format!("198.51.100.1, {client}"));
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
+    let (refused, throttled, _) = guess(&proxied(&app, "203.0.113.7"), 40).await;
+    assert!(refused >= 30 && throttled >= 5, "{refused} refused, {throttled} throttled");
+    // The same proxy, another client behind it: its own budget.
+    proxied(&app, "203.0.113.8").bearer(ADMIN.secret).get("/v1/gates").await.expect(200);
+    proxied(&app, "203.0.113.7").bearer(ADMIN.secret).get("/v1/gates").await.expect_error(429, "rate_limited");
+    app.stop().await;
+
+    // From a peer that is not a trusted proxy, X-Forwarded-For is the client's own word: ignored.
+    let (app, _dir, _db) = spawn_with_tokens(|_| {}).await;
+    let (refused, throttled, _) = guess(&proxied(&app, "203.0.113.7"), 40).await;
+    assert!(refused >= 30 && throttled >= 5, "{refused} refused, {throttled} throttled");
+    proxied(&app, "203.0.113.8").bearer(ADMIN.secret).get("/v1/gates").await.expect_error(429, "rate_limited");
+}
+
+/// The cookie pair from a Set-Cookie header (`name=value`).
+fn cookie_pair(set_cookie: &str) -> &str {
+    set_cookie.split(';').next().unwrap()
+}
+
+#[tokio::test]
+async fn login_cookies_are_this_servers_own_and_the_page_can_log_out() {
+    let (app, _dir, db) = spawn_with_tokens(|_| {}).await;
+    let (cookie, set_cookie) = login(&app, RESPONDER.secret).await;
+    let name = cookie.split('=').next().unwrap().to_owned();
+    assert!(name.starts_with("gatehouse_login_") && name.len() == "gatehouse_login_".len() + 12, "{name}");
+    assert!(!set_cookie.contains("Secure"), "plain http: {set_cookie}");
+
+    // Agent tokens have no use for the page: refused, and no cookie.
+    let refused = app.post("/v1/login", &json!({"token": AGENT.secret})).await;
+    assert!(refused.headers.get("set-cookie").is_none());
+    refused.expect_error(403, "forbidden");
+
+    // A second server on this host (another port, another database) names its cookie otherwise:
+    // neither reads nor overwrites the other's login.
+    let (other, _other_dir, _) = spawn_with_tokens(|_| {}).await;
+    let (other_cookie, _) = login(&other, RESPONDER.secret).await;
+    assert_ne!(other_cookie.split('=').next().unwrap(), name);
+    other.with_header("cookie", &cookie).get("/v1/gates").await.expect_error(401, "unauthorized");
+    let both = format!("{other_cookie}; {cookie}");
+    app.with_header("cookie", &both).get("/v1/gates").await.expect(200);
+    other.with_header("cookie", &both).get("/v1/gates").await.expect(200);
+
+    // A cookie of our name planted for a deeper path comes first in the header: the one this
+    // server signed still counts, and a lone forged one is refused.
+    let shadowed = format!("{name}=forged.value; {cookie}");
+    app.with_header("cookie", &shadowed).get("/v1/gates").await.expect(200);
+    app.with_header("cookie", &format!("{name}=forged.value")).get("/v1/gates").await.expect_error(401, "unauthorized");
+
+    // Logging out expires the cookie in the browser.
+    let out = app.send(Method::POST, "/v1/logout", &[], None).await.expect(204);
+    let expired = out.headers["set-cookie"].to_str().unwrap();
+    assert_eq!(cookie_pair(expired), format!("{name}="));
+    assert!(expired.contains("Max-Age=0") && !expired.contains("Max-Age=604800"), "{expired}");
+    app.stop().await;
+
+    // Behind an https public URL the cookie is a __Host- one, Secure, for Path=/ and no Domain.
+    let tokens = tokens_file(&db);
+    let app = TestApp::start(&db, |args| {
+        args.tokens_file = Some(tokens);
+        args.public_url = Some("https://gates.example.com".into());
+    })
+    .await;
+    let (secure, set_cookie) = login(&app, RESPONDER.secret).await;
+    assert_eq!(secure.split('=').next().unwrap(), format!("__Host-{name}"), "the same key, the same name");
+    assert!(set_cookie.contains("; Secure") && set_cookie.contains("Path=/") && !set_cookie.contains("Domain"));
+    app.with_header("cookie", &secure).get("/v1/gates").await.expect(200);
+    app.with_header("cookie", &cookie).get("/v1/gates").await.expect_error(401, "unauthorized");
 }

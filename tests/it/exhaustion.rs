@@ -436,7 +436,7 @@ async fn requests_without_a_token_may_send_only_small_bodies() {
     std::fs::write(&secret, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\n").unwrap();
     let app = TestApp::spawn_with(|args| {
         args.tokens_file = Some(tokens);
-        args.webhook_secret_file = Some(secret);
+        args.inbound_secret_file = Some(secret);
     })
     .await;
     let admin = app.bearer(ADMIN_SECRET);

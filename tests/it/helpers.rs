@@ -107,12 +107,24 @@ pub fn check_no_store(what: &str, headers: &reqwest::header::HeaderMap) {
 pub struct Client {
     pub base: String,
     http: reqwest::Client,
+    /// What `http` was built with, so a derived client keeps it.
+    headers: reqwest::header::HeaderMap,
+    local: Option<std::net::IpAddr>,
 }
 
 impl Client {
     pub fn new(base: String) -> Self {
-        let http = reqwest::Client::builder().no_proxy().build().expect("client");
-        Self { base, http }
+        Self::build(base, reqwest::header::HeaderMap::new(), None)
+    }
+
+    fn build(base: String, headers: reqwest::header::HeaderMap, local: Option<std::net::IpAddr>) -> Self {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .default_headers(headers.clone())
+            .local_address(local)
+            .build()
+            .expect("client");
+        Self { base, http, headers, local }
     }
 
     /// The same server, every request carrying `Authorization: Bearer {token}`.
@@ -120,21 +132,26 @@ impl Client {
         self.with_header("authorization", &format!("Bearer {token}"))
     }
 
-    /// The same server, every request carrying one more header.
+    /// The same server, every request carrying one more header (or another value of it).
     pub fn with_header(&self, name: &str, value: &str) -> Self {
-        let mut headers = reqwest::header::HeaderMap::new();
+        let mut headers = self.headers.clone();
         headers.insert(
             reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("header name"),
             value.parse().expect("header value"),
         );
-        let http = reqwest::Client::builder().no_proxy().default_headers(headers).build().expect("client");
-        Self { base: self.base.clone(), http }
+        Self::build(self.base.clone(), headers, self.local)
+    }
+
+    /// The same server, reached from another loopback address (`127.0.0.2`, say): another client
+    /// as per-address limits count them.
+    pub fn via_address(&self, local: std::net::IpAddr) -> Self {
+        Self::build(self.base.clone(), self.headers.clone(), Some(local))
     }
 
     /// A client that opens a connection per request and closes it after.
     pub fn without_keep_alive(base: String) -> Self {
         let http = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).build().expect("client");
-        Self { base, http }
+        Self { base, http, headers: reqwest::header::HeaderMap::new(), local: None }
     }
 
     /// Sends a request and checks the response against the contract.

@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 
 use crate::helpers::{ServerProcess, TestApp, ask, eventually, gate_id, uuid};
 
+/// Signs notifications.
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+/// Verifies signed answers (`--inbound-secret-file`): never the notifications' secret.
+const INBOUND: &str = "whsec_bW9yZS1yYW5kb20tYnl0ZXMtZm9yLWFuc3dlcnM=";
 
 /// One received notification.
 #[derive(Debug, Clone)]
@@ -89,8 +92,12 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Byt
 }
 
 fn secret_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let path = dir.join("webhook.secret");
-    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    write_secret(dir, "webhook.secret", SECRET)
+}
+
+fn write_secret(dir: &std::path::Path, name: &str, secret: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{secret}\n")).unwrap();
     path
 }
 
@@ -100,10 +107,12 @@ async fn app_for(
     adjust: impl FnOnce(&mut gatehouse::ServeArgs),
 ) -> TestApp {
     let secret = secret_file(dir);
+    let inbound = write_secret(dir, "inbound.secret", INBOUND);
     let url = receiver.url.clone();
     TestApp::spawn_with(move |args| {
         args.webhook_urls = vec![url];
-        args.webhook_secret_file = Some(secret);
+        args.webhook_secret_files = vec![secret.display().to_string()];
+        args.inbound_secret_file = Some(inbound);
         args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
         args.webhook_retry_schedule = vec![Duration::from_millis(50), Duration::from_millis(100)];
         adjust(args);
@@ -151,7 +160,22 @@ async fn every_event_is_delivered_signed_in_order_with_answer_links() {
     assert_eq!(accepted["gate_id"], gate.as_str());
     let view = app.view(&session, &gate).await;
     assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "answer-link"}));
-    app.post(&path, &crate::helpers::answer("no")).await.expect_error(409, "gate_not_ready");
+    // Once answered, the link answers nothing, and shows nobody what was answered (nor who).
+    let late = app.post(&path, &crate::helpers::answer("no")).await.expect_error(409, "gate_not_ready");
+    assert!(late["error"].get("resolution").is_none(), "{late}");
+    assert_eq!(late["error"]["message"], "this question was already answered");
+    let page = app.get(&path).await.expect(200);
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(html.contains("This question was already answered."), "{html}");
+    assert!(!html.contains("yes") && !html.contains("answer-link"), "the answer stays private: {html}");
+    let closed = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Withdrawn?")).await);
+    app.post(&format!("/v1/sessions/{session}/gates/{closed}/close"), &json!({})).await.expect(200);
+    eventually("the second gate's link", async || receiver.got().len() >= 8).await;
+    let second =
+        receiver.got().iter().filter_map(|r| r.json()["answer_url"].as_str().map(str::to_owned)).nth(2).unwrap();
+    let second = second.strip_prefix(&app.base).unwrap().to_owned();
+    let closed_answer = app.post(&second, &crate::helpers::answer("x")).await.expect_error(409, "gate_not_ready");
+    assert_eq!(closed_answer["error"]["message"], "this question was already closed");
     let unknown = format!("/v1/answers/{}", "A".repeat(43));
     app.post(&unknown, &crate::helpers::answer("no")).await.expect_error(404, "not_found");
     app.get(&unknown).await.expect_error(404, "not_found");
@@ -197,7 +221,7 @@ async fn a_410_disables_the_endpoint_until_it_is_reenabled() {
     let url = receiver.url.clone();
     let flags = |args: &mut gatehouse::ServeArgs| {
         args.webhook_urls = vec![url.clone()];
-        args.webhook_secret_file = Some(secret.clone());
+        args.webhook_secret_files = vec![secret.display().to_string()];
         args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
         // Short retries: were a 410 an ordinary failure, a retry would arrive at once.
         args.webhook_retry_schedule = vec![Duration::from_millis(20); 5];
@@ -272,7 +296,7 @@ async fn signed_answers_authenticate_as_webhook() {
     let session = uuid();
     let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed?")).await);
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    let secret: Secret = SECRET.parse().unwrap();
+    let secret: Secret = INBOUND.parse().unwrap();
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "from the bot"}}).to_string();
     let signed = |id: &str, timestamp: u64, body: &str| {
         let signature = sign::sign(&secret, id, timestamp, body.as_bytes());
@@ -290,6 +314,13 @@ async fn signed_answers_authenticate_as_webhook() {
     };
 
     send(signed("msg_1", now, "{\"other\":1}"), &body).await.expect_error(401, "unauthorized");
+    // The secret that signs notifications cannot sign an answer: a receiver of notifications
+    // must not be able to answer gates.
+    let notification = |id: &str| {
+        let sig = sign::sign(&SECRET.parse().unwrap(), id, now, body.as_bytes());
+        (id.to_owned(), now.to_string(), sig)
+    };
+    send(notification("msg_n"), &body).await.expect_error(401, "unauthorized");
     // A signed body that names no gate could be replayed onto any gate: refused.
     let unnamed = crate::helpers::answer("from the bot").to_string();
     send(signed("msg_0", now, &unnamed), &unnamed).await.expect_error(401, "unauthorized");
@@ -314,7 +345,7 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     let session = uuid();
     let gate = gate_id(&admin.open(&session, &ask(&uuid(), &uuid(), "Signed, with tokens?")).await);
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    let secret: Secret = SECRET.parse().unwrap();
+    let secret: Secret = INBOUND.parse().unwrap();
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
     let (ts, sig) = (now.to_string(), sign::sign(&secret, "msg_t", now, body.as_bytes()));
@@ -343,6 +374,61 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     app.send(reqwest::Method::POST, &path, &signed, Some(body.into_bytes())).await.expect(202);
     let view = admin.view(&session, &gate).await;
     assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
+}
+
+#[tokio::test]
+async fn signed_answers_need_the_inbound_secret() {
+    let receiver = Receiver::start(|_, _| 200).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Notifications only: a signed answer has nothing to be verified with.
+    let app = app_for(&receiver, dir.path(), |args| args.inbound_secret_file = None).await;
+    let session = uuid();
+    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed without an inbound secret?")).await);
+    let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
+    let now = gatehouse::domain::Timestamp::now().unix_seconds();
+    for secret in [SECRET, INBOUND] {
+        let sig = sign::sign(&secret.parse().unwrap(), "msg_x", now, body.as_bytes());
+        let now = now.to_string();
+        let headers = [
+            ("content-type", "application/json"),
+            ("webhook-id", "msg_x"),
+            ("webhook-timestamp", now.as_str()),
+            ("webhook-signature", sig.as_str()),
+        ];
+        let path = format!("/v1/sessions/{session}/gates/{gate}");
+        let refused = app.send(reqwest::Method::POST, &path, &headers, Some(body.clone().into_bytes())).await;
+        let error = refused.expect_error(401, "unauthorized");
+        assert!(error["error"]["message"].as_str().unwrap().contains("--inbound-secret-file"), "{error}");
+    }
+    assert_eq!(app.view(&session, &gate).await["state"], "open");
+}
+
+#[tokio::test]
+async fn each_endpoint_may_sign_with_its_own_secret() {
+    let (a, b) = (Receiver::start(|_, _| 200).await, Receiver::start(|_, _| 200).await);
+    let dir = tempfile::tempdir().unwrap();
+    let shared = secret_file(dir.path());
+    let own = write_secret(dir.path(), "b.secret", INBOUND);
+    let (a_url, b_url) = (a.url.clone(), b.url.clone());
+    let app = TestApp::spawn_with(move |args| {
+        args.webhook_urls = vec![a_url, b_url.clone()];
+        args.webhook_secret_files = vec![shared.display().to_string(), format!("{b_url}={}", own.display())];
+        args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
+    })
+    .await;
+    app.open(&uuid(), &ask(&uuid(), &uuid(), "Two receivers?")).await;
+    eventually("both receivers got both events", async || a.got().len() >= 2 && b.got().len() >= 2).await;
+    let verifies = |got: &Received, secret: &str| {
+        let now = gatehouse::domain::Timestamp::now().unix_seconds();
+        sign::verify(&secret.parse().unwrap(), &got.id, &got.timestamp, &got.signature, &got.body, now).is_ok()
+    };
+    for got in a.got() {
+        assert!(verifies(&got, SECRET) && !verifies(&got, INBOUND), "the shared secret signs a's requests");
+    }
+    for got in b.got() {
+        assert!(verifies(&got, INBOUND) && !verifies(&got, SECRET), "b's own secret signs b's requests");
+    }
+    app.stop().await;
 }
 
 #[test]
