@@ -6,6 +6,7 @@
 //! server key in a file beside the path.
 
 use std::path::Path;
+use std::process::Command;
 use std::sync::LazyLock;
 
 use gatehouse::ServeArgs;
@@ -37,13 +38,16 @@ pub fn sqlite_only(what: &str) -> bool {
 pub fn flags(db: &Path) -> Vec<String> {
     match &*POSTGRES {
         None => vec!["--db".into(), db.display().to_string()],
-        Some(admin) => {
-            let (url, key) = postgres_database(admin, db);
-            let mut flags = vec!["--database-url".into(), url, "--secret-file".into(), key.display().to_string()];
-            flags.extend(["--webhook-lease".into(), WEBHOOK_LEASE.into()]);
-            flags
-        }
+        Some(admin) => postgres_flags(admin, db),
     }
+}
+
+/// The `serve` flags of the PostgreSQL database standing for `db` on the server of `admin`.
+fn postgres_flags(admin: &str, db: &Path) -> Vec<String> {
+    let (url, key) = postgres_database(admin, db);
+    let mut flags = vec!["--database-url".into(), url, "--secret-file".into(), key.display().to_string()];
+    flags.extend(["--webhook-lease".into(), WEBHOOK_LEASE.into()]);
+    flags
 }
 
 /// Points `args` at the database for `db`.
@@ -117,4 +121,109 @@ pub fn query_bool(db: &Path, sql: &str) -> bool {
             .expect("query the test database")
         }
     }
+}
+
+/// A PostgreSQL server of one test's own, for tests that stop or kill PostgreSQL itself (which
+/// would break every other test on the shared one): initdb in a temporary directory, on
+/// 127.0.0.1 and a free port, with the binaries `.ci/test` names in `GATEHOUSE_TEST_PG_BIN`. As
+/// root it runs as the `postgres` user, since PostgreSQL refuses root. Dropped, it is killed by
+/// its PID.
+pub struct OwnCluster {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+    /// A URL whose user may create databases.
+    pub url: String,
+}
+
+impl OwnCluster {
+    /// `None` when this run is not on PostgreSQL.
+    pub fn start() -> Option<Self> {
+        POSTGRES.as_ref()?;
+        let bin = std::path::PathBuf::from(
+            std::env::var("GATEHOUSE_TEST_PG_BIN").expect("GATEHOUSE_TEST_PG_BIN names PostgreSQL's binaries"),
+        );
+        let dir = tempfile::Builder::new().prefix("gatehouse-pg-").tempdir().expect("a temporary directory");
+        if as_root() {
+            run(Command::new("chown").arg("postgres").arg(dir.path()));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let data = dir.path().join("data");
+        let mut initdb = owner_command(&bin.join("initdb"));
+        initdb.arg("-D").arg(&data).args(["-U", "gatehouse", "--auth=trust", "--no-sync", "-E", "UTF8"]);
+        run(&mut initdb);
+        let cluster = Self { dir, bin, port, url: format!("postgres://gatehouse@127.0.0.1:{port}/postgres") };
+        cluster.start_again();
+        Some(cluster)
+    }
+
+    /// The `serve` flags that put a server's database on this cluster, standing for `db`.
+    pub fn flags(&self, db: &Path) -> Vec<String> {
+        postgres_flags(&self.url, db)
+    }
+
+    /// Starts the server (again) on its port, waiting until it accepts connections.
+    pub fn start_again(&self) {
+        let options = format!("-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories=''", self.port);
+        let mut start = self.pg_ctl();
+        start.args(["-w", "-t", "30", "-o", &options, "-l"]).arg(self.dir.path().join("server.log")).arg("start");
+        run(&mut start);
+    }
+
+    /// `pg_ctl stop -m immediate`: PostgreSQL dies at once, as in a crash (it recovers from its
+    /// WAL at the next start).
+    pub fn crash(&self) {
+        run(self.pg_ctl().args(["-m", "immediate", "-w", "stop"]));
+    }
+
+    fn pg_ctl(&self) -> Command {
+        let mut command = owner_command(&self.bin.join("pg_ctl"));
+        command.arg("-D").arg(self.dir.path().join("data"));
+        command
+    }
+
+    /// The postmaster's PID, while it runs.
+    fn pid(&self) -> Option<String> {
+        let pid = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid")).ok()?;
+        pid.lines().next().map(str::to_owned)
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        // SIGQUIT is PostgreSQL's immediate shutdown; by the PID it wrote, nothing else.
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill").args(["-QUIT", &pid]).status();
+            for _ in 0..100 {
+                let alive = Command::new("kill").args(["-0", &pid]).stderr(std::process::Stdio::null()).status();
+                if !alive.is_ok_and(|s| s.success()) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// A PostgreSQL program run as the cluster's owner: `postgres` when the tests run as root.
+fn owner_command(program: &Path) -> Command {
+    if as_root() {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run(command: &mut Command) {
+    let output = command.stdin(std::process::Stdio::null()).output().expect("run a PostgreSQL program");
+    assert!(output.status.success(), "{command:?}: {}", String::from_utf8_lossy(&output.stderr));
 }

@@ -5,6 +5,11 @@
 //! checker then proves from the history and the server's final state that no acknowledged answer
 //! was lost or doubled.
 //!
+//! On PostgreSQL the same load runs against three replicas on a PostgreSQL server of the test's
+//! own: every request goes to a random replica, the killer SIGKILLs a random one each time, and
+//! once, halfway, PostgreSQL itself dies (`pg_ctl stop -m immediate`) and comes back. The
+//! checker is the same, and every replica must replay the one journal.
+//!
 //! `GATEHOUSE_KILLS=1000 cargo test --test it kill:: -- --nocapture` runs it with more kills (20
 //! by default; plain `cargo test`, since nextest ends tests after two minutes);
 //! `GATEHOUSE_KILL_SEED=N` replays a schedule.
@@ -16,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::database::OwnCluster;
 use crate::helpers::{Client, EventStream, ServerProcess, bounded, temp_db, uuid};
 
 const AGENTS: usize = 4;
@@ -85,7 +91,8 @@ struct History {
     open_gates: Vec<(String, String)>,
 }
 
-/// Sends one request and classifies what happened.
+/// Sends one request and classifies what happened. A `503` is unknown too: after a failed COMMIT
+/// (the database died under it) the request may well have been applied.
 async fn send(http: &reqwest::Client, req: reqwest::RequestBuilder) -> Outcome {
     let req = req.build().expect("a valid request");
     let resp = match http.execute(req).await {
@@ -96,7 +103,21 @@ async fn send(http: &reqwest::Client, req: reqwest::RequestBuilder) -> Outcome {
     let status = resp.status().as_u16();
     let Ok(bytes) = resp.bytes().await else { return Outcome::Unknown };
     let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
-    if (200..300).contains(&status) { Outcome::Ok(status, body) } else { Outcome::Refused(status, body) }
+    match status {
+        200..300 => Outcome::Ok(status, body),
+        503 => Outcome::Unknown,
+        _ => Outcome::Refused(status, body),
+    }
+}
+
+/// The servers' addresses (one, or the replicas'): every request goes to one of them at random.
+#[derive(Clone)]
+struct Servers(Arc<Vec<String>>);
+
+impl Servers {
+    fn pick(&self, rng: &mut Rng) -> &str {
+        &self.0[rng.below(self.0.len() as u64) as usize]
+    }
 }
 
 /// Pause after a failure, so a dead server is not hammered.
@@ -108,7 +129,7 @@ async fn backoff(outcome: &Outcome) {
 
 /// An agent loop: open a gate (re-asking after an unclear outcome), then read and ack its
 /// inbox with a short long-poll.
-async fn agent(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>) {
+async fn agent(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>, mut rng: Rng) {
     let http = worker_client();
     let (session, loop_id) = (uuid(), uuid());
     while !stop.load(Ordering::Relaxed) {
@@ -116,6 +137,7 @@ async fn agent(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>
         let body = json!({"loop_id": loop_id, "tool_execution_id": tool, "question": format!("Kill test {tool}?")});
         // Re-asking with the same tool execution id is idempotent: it finds the same gate.
         for _ in 0..50 {
+            let base = servers.pick(&mut rng);
             let req = http.post(format!("{base}/v1/sessions/{session}/gates")).json(&body);
             let outcome = send(&http, req).await;
             let opened = {
@@ -135,11 +157,13 @@ async fn agent(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>
                 break;
             }
         }
+        let base = servers.pick(&mut rng);
         let inbox = format!("{base}/v1/sessions/{session}/loops/{loop_id}/commands?wait=1");
         let outcome = send(&http, http.get(inbox)).await;
         if let Outcome::Ok(_, page) = &outcome {
             for command in page["commands"].as_array().into_iter().flatten() {
                 let id = command["command"]["command_id"].as_str().expect("command id").to_owned();
+                let base = servers.pick(&mut rng);
                 let ack = format!("{base}/v1/sessions/{session}/loops/{loop_id}/commands/{id}/ack");
                 let outcome = send(&http, http.post(ack)).await;
                 history.lock().unwrap().acks.push((id, outcome));
@@ -151,7 +175,7 @@ async fn agent(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>
 
 /// An answerer: picks one of the newest gates and answers it with a value no one else uses;
 /// keyed answers are retried with the same key and value while their outcome is unknown.
-async fn answerer(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>, mut rng: Rng) {
+async fn answerer(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>, mut rng: Rng) {
     let http = worker_client();
     while !stop.load(Ordering::Relaxed) {
         let target = {
@@ -167,6 +191,7 @@ async fn answerer(base: String, stop: Arc<AtomicBool>, history: Arc<Mutex<Histor
         let key = (rng.below(2) == 0).then(uuid);
         let body = json!({"action": "answer", "values": {"answer": value}});
         for _ in 0..50 {
+            let base = servers.pick(&mut rng);
             let mut req = http.post(format!("{base}/v1/sessions/{session}/gates/{gate}")).json(&body);
             if let Some(key) = &key {
                 req = req.header("idempotency-key", key);
@@ -207,24 +232,44 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
     let (dir, db) = temp_db();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
 
-    let mut server = ServerProcess::start(&db);
-    let base = server.client.base.clone();
-    let addr = base.trim_start_matches("http://").to_owned();
+    // SQLite: one server. PostgreSQL: three replicas, on a server of this test's own, which it
+    // crashes once.
+    let cluster = OwnCluster::start();
+    let flags = match &cluster {
+        Some(cluster) => cluster.flags(&db),
+        None => crate::database::flags(&db),
+    };
+    let start = |bind: &str| {
+        let mut args = vec!["--bind".to_owned(), bind.to_owned()];
+        args.extend(flags.iter().cloned());
+        ServerProcess::serve(&args, &[])
+    };
+    let mut servers: Vec<ServerProcess> =
+        (0..if cluster.is_some() { 3 } else { 1 }).map(|_| start("127.0.0.1:0")).collect();
+    let bases: Vec<String> = servers.iter().map(|s| s.client.base.clone()).collect();
+    let addresses = Servers(Arc::new(bases.clone()));
     let history = Arc::new(Mutex::new(History::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for _ in 0..AGENTS {
-        workers.push(runtime.spawn(agent(base.clone(), stop.clone(), history.clone())));
+        workers.push(runtime.spawn(agent(addresses.clone(), stop.clone(), history.clone(), rng.fork())));
     }
     for _ in 0..ANSWERERS {
-        workers.push(runtime.spawn(answerer(base.clone(), stop.clone(), history.clone(), rng.fork())));
+        workers.push(runtime.spawn(answerer(addresses.clone(), stop.clone(), history.clone(), rng.fork())));
     }
 
-    // The killer: load for a random while, SIGKILL, restart on the same address.
-    for _ in 0..kills {
+    // The killer: load for a random while, SIGKILL a server, restart it on the same address.
+    for kill in 0..kills {
         std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
-        server.kill();
-        server = ServerProcess::start_on(&db, &addr);
+        if let Some(cluster) = cluster.as_ref().filter(|_| kill == kills / 2) {
+            cluster.crash();
+            std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
+            cluster.start_again();
+            eprintln!("kill test: PostgreSQL crashed and restarted");
+        }
+        let victim = rng.below(servers.len() as u64) as usize;
+        servers.remove(victim).kill();
+        servers.insert(victim, start(bases[victim].trim_start_matches("http://")));
     }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
@@ -235,7 +280,8 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
     });
 
     let history = std::mem::take(&mut *history.lock().unwrap());
-    let figures = runtime.block_on(check(&server.client, &history)).unwrap_or_else(|faults| panic!("{faults}"));
+    let clients: Vec<Client> = servers.iter().map(|s| s.client.clone()).collect();
+    let figures = runtime.block_on(check(&clients, &history)).unwrap_or_else(|faults| panic!("{faults}"));
     // The checker can fail: an acknowledged answer that is nowhere is caught.
     let mut forged = history.clone();
     let gate = history.open_gates[0].1.clone();
@@ -245,15 +291,17 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
         keyed: false,
         outcome: Outcome::Ok(202, Value::Null),
     });
-    let caught = runtime.block_on(check(&server.client, &forged));
+    let caught = runtime.block_on(check(&clients, &forged));
     assert!(
         caught.as_ref().is_err_and(|faults| faults.contains("lost answers")),
         "the checker must catch a lost answer: {caught:?}"
     );
     // A last SIGKILL, then (on SQLite) the database's own verdict on its file.
-    server.kill();
-    if crate::database::on_postgres() {
-        eprintln!("kill test: {kills} kills; {figures}");
+    for server in servers {
+        server.kill();
+    }
+    if cluster.is_some() {
+        eprintln!("kill test: {kills} kills of 3 replicas and one of PostgreSQL; {figures}");
     } else {
         let conn = rusqlite::Connection::open(&db).expect("open the database");
         let verdict: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity_check");
@@ -263,25 +311,33 @@ fn no_acknowledged_answer_is_lost_or_doubled_across_sigkills() {
     drop(dir);
 }
 
-/// The checker: the history against the server's final state. Returns the figures, or every
+/// The checker: the history against the servers' final state. Returns the figures, or every
 /// broken promise it found (so its self-test on a forged history fails without a panic).
-async fn check(client: &Client, history: &History) -> Result<String, String> {
+async fn check(servers: &[Client], history: &History) -> Result<String, String> {
     let mut faults: Vec<String> = Vec::new();
+    let client = &servers[0];
     let events = client.journal_all().await;
-    // The journal is strictly increasing, and an SSE replay from 0 reproduces it.
+    // The journal is strictly increasing, and an SSE replay from 0 on every server reproduces it.
     let seqs: Vec<i64> = events.iter().map(|e| e["journal_seq"].as_i64().unwrap()).collect();
     if !seqs.windows(2).all(|w| w[0] < w[1]) {
         faults.push("journal seqs do not strictly increase".into());
     }
     let head = *seqs.last().expect("a journal");
-    let mut stream = EventStream::connect(client, "/v1/events?after=0", &[]).await;
-    let replay = stream.enduring_until(head).await;
-    if replay.len() != events.len() {
-        faults.push(format!("the replay has {} events, the journal {}", replay.len(), events.len()));
-    }
-    for ((seq, event), stored) in replay.iter().zip(&events) {
-        if (*seq, event) != (stored["journal_seq"].as_i64().unwrap(), &stored["event"]) {
-            faults.push(format!("replay ≠ journal at seq {seq}"));
+    for server in servers {
+        let mut stream = EventStream::connect(server, "/v1/events?after=0", &[]).await;
+        let replay = stream.enduring_until(head).await;
+        if replay.len() != events.len() {
+            faults.push(format!(
+                "the replay on {} has {} events, the journal {}",
+                server.base,
+                replay.len(),
+                events.len()
+            ));
+        }
+        for ((seq, event), stored) in replay.iter().zip(&events) {
+            if (*seq, event) != (stored["journal_seq"].as_i64().unwrap(), &stored["event"]) {
+                faults.push(format!("replay on {} ≠ journal at seq {seq}", server.base));
+            }
         }
     }
 

@@ -20,6 +20,7 @@ mod kill;
 mod ordering;
 mod pages;
 mod readme;
+mod replicas;
 mod store_story;
 mod stored;
 mod streams;
