@@ -85,7 +85,9 @@ Figures below a target are reported, not failed: it exits 0 whenever it measured
 Examples:
   gatehouse bench --smoke                  # seconds: checks that every figure can be measured
   gatehouse bench --quick --json benches/quick.json --svg benches/quick.svg
-  gatehouse bench --sync normal            # full sizes and durations, without power-loss durability";
+  gatehouse bench --sync normal            # full sizes and durations, without power-loss durability
+  gatehouse bench --quick --database-url postgres://postgres@127.0.0.1:5432/postgres
+                                           # and the PostgreSQL figures: one replica, three, the lock";
 
 /// Where the server is (client subcommands).
 #[derive(Clone, Args)]
@@ -186,6 +188,10 @@ pub struct BenchArgs {
     /// The durability both gatehouse and the raw SQLite ceiling run with.
     #[arg(long, value_enum, default_value_t = SyncMode::Full)]
     pub sync: SyncMode,
+    /// Also measure gatehouse on PostgreSQL (one replica and three), on databases the bench
+    /// creates on this server for the run and drops after: the user needs CREATEDB.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 /// Flags of the hidden `gatehouse bench-ceiling`.

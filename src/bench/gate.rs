@@ -56,8 +56,14 @@ pub async fn open_gates(addr: SocketAddr, count: usize, concurrency: usize) -> R
 
 /// Answers every gate once from `concurrency` connections; how long it took.
 pub async fn answer_all(addr: SocketAddr, gates: &[Gate], concurrency: usize) -> Result<Duration, BenchError> {
+    answer_all_over(&[addr], gates, concurrency).await
+}
+
+/// Answers every gate once from `concurrency` connections spread over `addrs` (replicas of one
+/// database); how long it took.
+pub async fn answer_all_over(addrs: &[SocketAddr], gates: &[Gate], concurrency: usize) -> Result<Duration, BenchError> {
     let requests = gates.iter().map(|g| answer_request(g, "yes", format!("bench-{}", g.id))).collect();
-    let (replies, took) = load::send_all(addr, concurrency, requests).await?;
+    let (replies, took) = load::send_all_over(addrs, concurrency, requests).await?;
     for reply in &replies {
         reply.json(202, "answering a gate")?;
     }
@@ -66,7 +72,16 @@ pub async fn answer_all(addr: SocketAddr, gates: &[Gate], concurrency: usize) ->
 
 /// Answers per second with `concurrency` answerers, each gate answered once.
 pub async fn answers_per_second(addr: SocketAddr, gates: &[Gate], concurrency: usize) -> Result<f64, BenchError> {
-    let took = answer_all(addr, gates, concurrency).await?;
+    answers_per_second_over(&[addr], gates, concurrency).await
+}
+
+/// Answers per second with `concurrency` answerers spread over `addrs`, each gate answered once.
+pub async fn answers_per_second_over(
+    addrs: &[SocketAddr],
+    gates: &[Gate],
+    concurrency: usize,
+) -> Result<f64, BenchError> {
+    let took = answer_all_over(addrs, gates, concurrency).await?;
     Ok(gates.len() as f64 / took.as_secs_f64())
 }
 
@@ -91,12 +106,22 @@ pub async fn gate_paths(addr: SocketAddr, count: usize) -> Result<Vec<String>, B
 /// Milliseconds from sending an answer until the asking loop's inbox long-poll returns it, one
 /// gate at a time. The long-poll is sent first, as a waiting agent's would be.
 pub async fn answer_to_agent_ms(addr: SocketAddr, samples: usize) -> Result<Vec<f64>, BenchError> {
+    answer_to_agent_across_ms([addr; 3], samples).await
+}
+
+/// `answer_to_agent_ms` across servers: each gate opened on the first, its loop long-polling on
+/// the second, the person answering on the third (replicas of one database).
+pub async fn answer_to_agent_across_ms(
+    [opener, waiter, answerer]: [SocketAddr; 3],
+    samples: usize,
+) -> Result<Vec<f64>, BenchError> {
     let (session, loop_id) = (uuid(), uuid());
-    let (mut agent, mut person) = (Http::connect(addr).await?, Http::connect(addr).await?);
+    let mut opening = Http::connect(opener).await?;
+    let (mut agent, mut person) = (Http::connect(waiter).await?, Http::connect(answerer).await?);
     let mut cursor = 0;
     let mut latencies = Vec::with_capacity(samples);
     for n in 0..samples {
-        let gate = opened(&person.send(&open_request(&session, &loop_id, "Latency?")).await?, &session)?;
+        let gate = opened(&opening.send(&open_request(&session, &loop_id, "Latency?")).await?, &session)?;
         let poll = Request::get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=30&after={cursor}"));
         let answer = answer_request(&gate, "yes", format!("latency-{n}"));
         let polled = async {

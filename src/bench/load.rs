@@ -117,7 +117,12 @@ impl Http {
 
 /// Opens `count` connections, a bounded number at a time.
 async fn connect_many(addr: SocketAddr, count: usize) -> Result<Vec<Http>, BenchError> {
-    futures_util::stream::iter((0..count).map(|_| Http::connect(addr)))
+    connect_over(&[addr], count).await
+}
+
+/// `count` connections, the `i`th to `addrs[i % addrs.len()]`.
+async fn connect_over(addrs: &[SocketAddr], count: usize) -> Result<Vec<Http>, BenchError> {
+    futures_util::stream::iter((0..count).map(|i| Http::connect(addrs[i % addrs.len()])))
         .buffer_unordered(CONNECTING_AT_ONCE)
         .try_collect()
         .await
@@ -168,10 +173,20 @@ pub async fn send_all(
     concurrency: usize,
     requests: Vec<Request>,
 ) -> Result<(Vec<Reply>, Duration), BenchError> {
+    send_all_over(&[addr], concurrency, requests).await
+}
+
+/// Like `send_all`, with the connections spread over several servers (replicas of one
+/// database): connection `i` goes to `addrs[i % addrs.len()]`.
+pub async fn send_all_over(
+    addrs: &[SocketAddr],
+    concurrency: usize,
+    requests: Vec<Request>,
+) -> Result<(Vec<Reply>, Duration), BenchError> {
     let count = requests.len();
     let requests = Arc::new(requests);
     let next = Arc::new(AtomicUsize::new(0));
-    let connections = connect_many(addr, concurrency.min(count)).await?;
+    let connections = connect_over(addrs, concurrency.min(count)).await?;
     let started = Instant::now();
     let workers: Vec<_> = connections
         .into_iter()

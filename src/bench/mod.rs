@@ -7,6 +7,8 @@
 //! - `ceilings`: what the machine can do at best: raw SQLite claims (one transaction each) and
 //!   the bare server (axum hello, tokio-broadcast SSE).
 //! - `gate`: the gate figures, through gatehouse's public API only.
+//! - `postgres`: with `--database-url`, the same API on PostgreSQL: one replica, three, answers
+//!   across replicas, and the price of the ordering lock.
 //! - `report`: the table, the JSON and the SVG chart.
 //!
 //! Each figure is measured once per run, runs alternating between a ceiling and its gate figure
@@ -15,6 +17,7 @@
 mod ceilings;
 mod gate;
 mod load;
+mod postgres;
 mod report;
 mod servers;
 
@@ -31,7 +34,7 @@ use serde_json::json;
 use crate::config::{BenchArgs, SyncMode};
 use load::{Fanout, Http, Request};
 use report::{Figure, Report};
-use servers::Server;
+use servers::{Database, Server};
 
 /// Why a bench run could not measure.
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +186,12 @@ const FIGURES: &[(&str, &str)] = &[
     ("gate.sse_idle_bytes_per_conn", "bytes of server RSS per idle /v1/events stream"),
     ("gate.stuck_clients_answer_ratio", "answers/s with never-reading streams attached ÷ without"),
     ("gate.race_1000_winners", "202s among simultaneous answers to one gate (the rest 409)"),
+    ("postgres.answers_per_s_c64_1_replica", "answers/s, one replica on PostgreSQL"),
+    ("postgres.answers_per_s_c64_3_replicas", "answers/s, answerers spread over three replicas of one database"),
+    ("postgres.answer_to_agent_ms_across_replicas.p50", "ms, opened on A, long-polled on B, answered on C"),
+    ("postgres.answer_to_agent_ms_across_replicas.p99", "ms, the same, 99th percentile"),
+    ("postgres.claims_per_s_3_writers_ordered", "claims/s through the store, three writers, ordering lock"),
+    ("postgres.claims_per_s_3_writers_unordered", "claims/s, the same without the lock (not commit-ordered)"),
 ];
 
 /// Samples per figure, as runs come in.
@@ -222,7 +231,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     let started = Instant::now();
     eprintln!("gatehouse bench ({}): measuring, {} runs per figure…", plan.mode, plan.runs);
     let measured = tokio::select! {
-        measured = measure(&plan, args.sync) => measured,
+        measured = measure(&plan, args.sync, args.database_url.as_deref()) => measured,
         _ = tokio::signal::ctrl_c() => {
             // Dropping the measurement killed the servers and removed the temporary files.
             eprintln!("gatehouse bench: interrupted");
@@ -260,11 +269,11 @@ fn write(path: &Path, text: &str) -> bool {
 
 /// Every measurement, on servers started for it; returns the samples and the size of a real
 /// `GateResolved` frame.
-async fn measure(plan: &Plan, sync: SyncMode) -> Result<(Samples, usize), BenchError> {
+async fn measure(plan: &Plan, sync: SyncMode, postgres: Option<&str>) -> Result<(Samples, usize), BenchError> {
     let dir = tempfile::Builder::new().prefix("gatehouse-bench-").tempdir()?;
     let mut samples = Samples::default();
-    let gatehouse =
-        Server::gatehouse(&dir.path().join("gatehouse.db"), sync, plan.max_streams(), plan.max_connections()).await?;
+    let db = dir.path().join("gatehouse.db");
+    let gatehouse = Server::gatehouse(Database::Sqlite(&db, sync), plan.max_streams(), plan.max_connections()).await?;
     let ceiling = Server::ceiling().await?;
     let frame_bytes = gate::resolved_frame_bytes(gatehouse.addr).await?;
 
@@ -317,8 +326,12 @@ async fn measure(plan: &Plan, sync: SyncMode) -> Result<(Samples, usize), BenchE
         let bare = Server::ceiling().await?;
         samples.add("ceilings.sse_raw_idle_bytes_per_conn", idle_bytes_per_stream(&bare, "/sse", plan).await?);
         let db = dir.path().join(format!("idle-{run}.db"));
-        let gatehouse = Server::gatehouse(&db, sync, plan.max_streams(), plan.max_connections()).await?;
+        let gatehouse =
+            Server::gatehouse(Database::Sqlite(&db, sync), plan.max_streams(), plan.max_connections()).await?;
         samples.add("gate.sse_idle_bytes_per_conn", idle_bytes_per_stream(&gatehouse, "/v1/events", plan).await?);
+    }
+    if let Some(admin) = postgres {
+        postgres::measure(plan, admin, dir.path(), &mut samples).await?;
     }
     Ok((samples, frame_bytes))
 }

@@ -112,6 +112,30 @@ const TARGETS: &[Target] = &[
         ceiling: None,
         rule: Rule::Exactly(1.0),
     },
+    Target {
+        label: "PostgreSQL answers/s (1 replica) ÷ on SQLite",
+        figure: "postgres.answers_per_s_c64_1_replica",
+        ceiling: Some("gate.answers_per_s_c64"),
+        rule: Rule::AtLeast(0.5),
+    },
+    Target {
+        label: "answers/s on 3 replicas ÷ on 1",
+        figure: "postgres.answers_per_s_c64_3_replicas",
+        ceiling: Some("postgres.answers_per_s_c64_1_replica"),
+        rule: Rule::AtLeast(0.8),
+    },
+    Target {
+        label: "answer → agent p99 across replicas ÷ single node",
+        figure: "postgres.answer_to_agent_ms_across_replicas.p99",
+        ceiling: Some("gate.answer_to_agent_ms.p99"),
+        rule: Rule::AtMost(2.0),
+    },
+    Target {
+        label: "claims/s with the ordering lock ÷ without",
+        figure: "postgres.claims_per_s_3_writers_ordered",
+        ceiling: Some("postgres.claims_per_s_3_writers_unordered"),
+        rule: Rule::AtLeast(0.75),
+    },
 ];
 
 /// A target's outcome in one run.

@@ -23,13 +23,21 @@ pub struct Server {
     pub addr: SocketAddr,
 }
 
+/// The database a `gatehouse serve` under test runs on.
+pub enum Database<'a> {
+    /// A SQLite file, with this durability.
+    Sqlite(&'a Path, SyncMode),
+    /// PostgreSQL: the file holding the URL (kept out of the process list) and the server key
+    /// every replica shares.
+    Postgres { url_file: &'a Path, key_file: &'a Path },
+}
+
 impl Server {
     /// `gatehouse serve` in open mode on loopback (no tokens file, so no credentials needed).
     /// The bench is one client address that opens every connection at once (the racers connect
     /// before any of them sends), so its address may hold all of them before they send a head.
     pub async fn gatehouse(
-        db: &Path,
-        sync: SyncMode,
+        database: Database<'_>,
         max_streams: usize,
         max_connections: usize,
     ) -> Result<Self, BenchError> {
@@ -40,17 +48,19 @@ impl Server {
             "serve",
             "--bind",
             "127.0.0.1:0",
-            "--sync",
-            sync.as_str(),
             "--max-streams",
             &max_streams,
             "--max-connections",
             &max_connections,
             "--max-unauthenticated-per-address",
             &max_connections,
-            "--db",
         ]);
-        command.arg(db);
+        match database {
+            Database::Sqlite(db, sync) => command.args(["--sync", sync.as_str(), "--db"]).arg(db),
+            Database::Postgres { url_file, key_file } => {
+                command.arg("--database-url-file").arg(url_file).arg("--secret-file").arg(key_file)
+            }
+        };
         Self::start("gatehouse", command).await
     }
 
