@@ -20,8 +20,8 @@ use serde_json::json;
 
 use super::servers::{Database, Server};
 use super::{BenchError, Plan, Samples, gate};
-use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, SessionId};
-use crate::store::{DatabaseUrl, OpenOutcome, PgSettings, Store, StoreSettings};
+use crate::domain::{Answer, AnsweredBy, OpenGateIn, SessionId};
+use crate::store::{Answering, DatabaseUrl, GateRecord, OpenOutcome, PgSettings, Store, StoreSettings};
 
 /// A database made for one figure, dropped after it.
 pub struct Scratch {
@@ -134,17 +134,16 @@ async fn claims_per_second(
         tasks.extend(opened.background.into_iter().map(|task| tokio::spawn(task.task)));
         stores.push(opened.store);
     }
-    let gates = open_gates(&stores[0], answers).await?;
-    let gates = Arc::new(gates);
+    let gates = Arc::new(open_gates(&stores[0], answers).await?);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency)
         .map(|worker| {
             let (store, gates, next) = (stores[worker % 3].clone(), Arc::clone(&gates), Arc::clone(&next));
             tokio::spawn(async move {
-                while let Some(&(session, gate)) = gates.get(next.fetch_add(1, Ordering::Relaxed)) {
+                while let Some(target) = gates.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let answer = Answer { action: "answer".into(), text: "yes".into() };
-                    store.answer_gate(session, gate, answer, None, AnsweredBy::Person { principal: None }).await?;
+                    store.answer_gate(target.clone(), answer, None, AnsweredBy::Person { principal: None }).await?;
                 }
                 Ok::<_, BenchError>(())
             })
@@ -165,7 +164,7 @@ async fn claims_per_second(
 
 /// Opens `count` free-text gates, 500 a session, straight through the store, 64 at a time (so
 /// they share commits).
-async fn open_gates(store: &Store, count: usize) -> Result<Vec<(SessionId, GateId)>, BenchError> {
+async fn open_gates(store: &Store, count: usize) -> Result<Vec<Answering>, BenchError> {
     use futures_util::{StreamExt, TryStreamExt};
     let sessions: Vec<SessionId> =
         (0..count.div_ceil(500)).map(|_| SessionId::from_uuid(uuid::Uuid::new_v4()).expect("not nil")).collect();
@@ -179,7 +178,7 @@ async fn open_gates(store: &Store, count: usize) -> Result<Vec<(SessionId, GateI
                     .validate(i64::MAX)
                     .map_err(|e| BenchError(format!("a bench question was refused: {e:?}")))?;
                 match store.open_gate(session, ask, 1000).await? {
-                    OpenOutcome::Created(view) => Ok((session, view.gate_id)),
+                    OpenOutcome::Created(view) => Ok(GateRecord { view, idempotency: None }.answering()?),
                     other => Err(BenchError(format!("opening a bench gate: {other:?}"))),
                 }
             }

@@ -171,10 +171,11 @@ pub(super) async fn answer_record(
     key: Option<String>,
     by: AnsweredBy,
 ) -> Result<Response, ApiError> {
-    let (session_id, gate_id) = (record.view.session_id, record.view.gate_id);
+    let target = record.answering()?;
+    let gate_id = target.gate_id;
     // Checked now, reported after the idempotency and state checks. Only a valid answer has a
     // fingerprint; an invalid one cannot match the stored winner's.
-    let checked = Answer::check(&record.gate()?, body.action.as_deref(), body.values.as_ref());
+    let checked = Answer::check(&target.gate, body.action.as_deref(), body.values.as_ref());
     let keyed = key.map(|key| Idempotency { key, fingerprint: checked.as_ref().ok().map(Answer::fingerprint) });
     if let Some(outcome) = store::replay(&record, keyed.as_ref()) {
         return accepted_or(gate_id, outcome);
@@ -190,7 +191,7 @@ pub(super) async fn answer_record(
         )]),
         AnswerRejection::Values(fields) => ApiError::GateValuesInvalid(fields),
     })?;
-    let outcome = state.store.answer_gate(session_id, gate_id, checked, keyed, by).await?;
+    let outcome = state.store.answer_gate(target, checked, keyed, by).await?;
     accepted_or(gate_id, outcome)
 }
 

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use model::{
-    AnswerOutcome, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListCursor, ListOrder,
-    ListQuery, Listing, OpenOutcome, Pending, replay,
+    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListCursor,
+    ListOrder, ListQuery, Listing, OpenOutcome, Pending, replay,
 };
 pub use postgres::{PgBeforeCommit, PgSettings};
 pub use sqlite::{BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings};
@@ -189,8 +189,7 @@ trait Backend {
     ) -> Result<OpenOutcome, StoreError>;
     async fn answer_gate(
         &self,
-        session: SessionId,
-        gate: GateId,
+        target: Answering,
         answer: Answer,
         key: Option<Idempotency>,
         by: AnsweredBy,
@@ -338,13 +337,12 @@ impl Store {
     /// Claims, journals and enqueues an answer that was already checked against its gate.
     pub async fn answer_gate(
         &self,
-        session: SessionId,
-        gate: GateId,
+        target: Answering,
         answer: Answer,
         key: Option<Idempotency>,
         by: AnsweredBy,
     ) -> Result<AnswerOutcome, StoreError> {
-        dispatch!(self.answer_gate(session, gate, answer, key, by))
+        dispatch!(self.answer_gate(target, answer, key, by))
     }
 
     /// Withdraws an open gate.

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::{PageLimit, StoreError};
-use crate::domain::{Gate, GateState, GateView, SessionId, Timestamp};
+use crate::domain::{Gate, GateId, GateState, GateView, LoopId, SessionId, Timestamp};
 
 /// A gate as stored: its view plus what only the server sees.
 #[derive(Debug, Clone)]
@@ -20,6 +20,26 @@ impl GateRecord {
     /// The envelope, parsed (it was written by this program).
     pub fn gate(&self) -> Result<Gate, StoreError> {
         parse_gate(self.view.gate.get())
+    }
+}
+
+/// The gate an answer is for, as its caller read it: the envelope and the loop are fixed when a
+/// gate opens, so the claim may build the `GateResolved` event and the command from them instead
+/// of reading and parsing the gate again inside the transaction. Whether the gate is still open
+/// is the claim's own question.
+#[derive(Debug, Clone)]
+pub struct Answering {
+    pub session: SessionId,
+    pub gate_id: GateId,
+    pub loop_id: LoopId,
+    pub gate: Gate,
+}
+
+impl GateRecord {
+    /// What answering this gate needs to know of it.
+    pub fn answering(&self) -> Result<Answering, StoreError> {
+        let view = &self.view;
+        Ok(Answering { session: view.session_id, gate_id: view.gate_id, loop_id: view.loop_id, gate: self.gate()? })
     }
 }
 

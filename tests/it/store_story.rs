@@ -13,8 +13,8 @@ use gatehouse::domain::{
 };
 use gatehouse::store::DatabaseUrl;
 use gatehouse::store::{
-    AnswerOutcome, CloseOutcome, Expiry, Idempotency, ListOrder, ListQuery, OpenOutcome, Opened, PageLimit, PgSettings,
-    SqliteSettings, Store, StoreSettings,
+    AnswerOutcome, Answering, CloseOutcome, Expiry, Idempotency, ListOrder, ListQuery, OpenOutcome, Opened, PageLimit,
+    PgSettings, SqliteSettings, Store, StoreSettings,
 };
 use serde_json::{Value, json};
 
@@ -93,6 +93,11 @@ fn gate_of(view: &gatehouse::domain::GateView) -> Gate {
     serde_json::from_str(view.gate.get()).expect("the envelope")
 }
 
+/// The answering target of `view`'s gate, in `session` (another one, to knock on the wrong door).
+fn target(view: &gatehouse::domain::GateView, session: SessionId) -> Answering {
+    Answering { session, gate_id: view.gate_id, loop_id: view.loop_id, gate: gate_of(view) }
+}
+
 fn person() -> AnsweredBy {
     AnsweredBy::Person { principal: Some("story".into()) }
 }
@@ -148,7 +153,7 @@ async fn story(store: &Store) {
     let gate = gate_of(&view);
     let racers = (0..16).map(|n| {
         let key = Idempotency { key: format!("racer-{n}"), fingerprint: Some(answer_of(&gate, "yes").fingerprint()) };
-        store.answer_gate(session, view.gate_id, answer_of(&gate, "yes"), Some(key), person())
+        store.answer_gate(target(&view, session), answer_of(&gate, "yes"), Some(key), person())
     });
     let outcomes = join_all(racers).await;
     let winners: Vec<usize> = outcomes
@@ -165,14 +170,14 @@ async fn story(store: &Store) {
     }
     let replay_key =
         Idempotency { key: format!("racer-{winner}"), fingerprint: Some(answer_of(&gate, "yes").fingerprint()) };
-    let replayed = store.answer_gate(session, view.gate_id, answer_of(&gate, "yes"), Some(replay_key), person()).await;
+    let replayed = store.answer_gate(target(&view, session), answer_of(&gate, "yes"), Some(replay_key), person()).await;
     assert!(matches!(replayed, Ok(AnswerOutcome::Accepted { journal_seq: seq }) if seq == journal_seq), "{replayed:?}");
     let conflicting =
         Idempotency { key: format!("racer-{winner}"), fingerprint: Some(answer_of(&gate, "no").fingerprint()) };
-    let refused = store.answer_gate(session, view.gate_id, answer_of(&gate, "no"), Some(conflicting), person()).await;
+    let refused = store.answer_gate(target(&view, session), answer_of(&gate, "no"), Some(conflicting), person()).await;
     assert!(matches!(refused, Ok(AnswerOutcome::IdempotencyConflict)), "{refused:?}");
     let elsewhere = SessionId::parse(&uuid()).unwrap();
-    let stranger = store.answer_gate(elsewhere, view.gate_id, answer_of(&gate, "yes"), None, person()).await;
+    let stranger = store.answer_gate(target(&view, elsewhere), answer_of(&gate, "yes"), None, person()).await;
     assert!(matches!(stranger, Ok(AnswerOutcome::NotFound)), "a gate of another session: {stranger:?}");
 
     // Exactly one command, in the gate's own loop; acked, it leaves the default view.

@@ -17,8 +17,8 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 use crate::store::model::{
-    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing, OpenOutcome,
-    parse_gate, unclaimed,
+    AnswerOutcome, Answering, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing,
+    OpenOutcome, parse_gate, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
 
@@ -196,21 +196,66 @@ async fn claim(
     Ok(Some(Claimed { loop_id, gate, row }))
 }
 
-/// The exactly-once path: claim the gate, append `GateResolved`, enqueue `ProvideUserInput`.
-pub async fn answer(
-    conn: &Conn,
-    session: SessionId,
-    gate_id: GateId,
-    answer: &Answer,
-    key: Option<&Idempotency>,
-    by: &AnsweredBy,
-) -> Result<AnswerOutcome, StoreError> {
-    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key).await? else {
+/// An answer ready to be written: the claim's arguments, and the `GateResolved` event and the
+/// `ProvideUserInput` command made from the gate as the caller read it.
+pub struct AnswerJob {
+    target: Answering,
+    answer: Answer,
+    key: Option<Idempotency>,
+    resolved: String,
+    command_id: uuid::Uuid,
+    command: String,
+}
+
+impl AnswerJob {
+    pub fn new(target: Answering, answer: Answer, key: Option<Idempotency>, by: &AnsweredBy) -> Self {
+        let now = Timestamp::now();
+        let at = Coordinates::of(target.session, &target.gate, target.loop_id);
+        let resolved = to_json(&GateResolved::answered(at, now, target.gate_id, &answer, by));
+        let command = ProvideUserInput::new(at, now, &target.gate, &answer, by);
+        Self { resolved, command_id: command.command_id.as_uuid(), command: to_json(&command), target, answer, key }
+    }
+}
+
+/// The exactly-once path in one statement: claim the gate (a conditional update that moves it
+/// out of `open` only if it is still open, and draws its resolution's seq), append
+/// `GateResolved`, enqueue `ProvideUserInput`. Under READ COMMITTED a concurrent claimer waits
+/// for this one, re-checks `state = 'open'` and matches nothing; the inserts run only for a row
+/// the claim took, so a lost race writes nothing and draws no seq.
+pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, StoreError> {
+    let stmt = conn
+        .prepare_cached(
+            "WITH claimed AS (
+                 UPDATE gates SET state = 'resolved', answer = $3::text, idempotency_key = $4::text,
+                                  fingerprint = $5::text, resolved_seq = nextval('journal_seq')
+                 WHERE gate_id = $1::uuid AND session_id = $2::uuid AND state = 'open'
+                 RETURNING loop_id, resolved_seq),
+             event AS (
+                 INSERT INTO journal (seq, session_id, gate_id, type, loop_id, event)
+                 SELECT resolved_seq, $2::uuid, $1::uuid, 'GateResolved', loop_id, $6::text FROM claimed),
+             command AS (
+                 INSERT INTO inbox (seq, session_id, loop_id, command_id, gate_id, command)
+                 SELECT nextval('inbox_seq'), $2::uuid, loop_id, $7::uuid, $1::uuid, $8::text FROM claimed)
+             SELECT resolved_seq FROM claimed",
+        )
+        .await
+        .map_err(classify)?;
+    let (target, key) = (&job.target, job.key.as_ref());
+    let params: [&(dyn ToSql + Sync); 8] = [
+        &target.gate_id.as_uuid(),
+        &target.session.as_uuid(),
+        &job.answer.text.as_str(),
+        &key.map(|k| k.key.as_str()),
+        &key.and_then(|k| k.fingerprint.as_deref()),
+        &job.resolved,
+        &job.command_id,
+        &job.command,
+    ];
+    match conn.query_opt(&stmt, &params).await.map_err(classify)? {
+        Some(row) => Ok(AnswerOutcome::Accepted { journal_seq: row.try_get(0).map_err(classify)? }),
         // Lost the race (or never had a chance): the same key check as before the claim.
-        return unclaimed(find(conn, gate_id).await?, session, key);
-    };
-    let seq = deliver(conn, session, gate_id, &claimed, answer, by).await?;
-    Ok(AnswerOutcome::Accepted { journal_seq: seq })
+        None => unclaimed(find(conn, target.gate_id).await?, target.session, key),
+    }
 }
 
 /// After a claim: `GateResolved` in the journal (naming the loop, so every replica's follower

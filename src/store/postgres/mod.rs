@@ -39,8 +39,8 @@ pub use schema::SCHEMA_VERSION;
 pub use writer::PgBeforeCommit;
 
 use super::model::{
-    AnswerOutcome, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery, Listing,
-    OpenOutcome, Pending,
+    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery,
+    Listing, OpenOutcome, Pending,
 };
 use super::{Backend, Background, DatabaseUrl, Health, NewGate, OpenError, PageLimit, StoreError, key_file};
 use crate::bus::{Bus, FrameFn};
@@ -216,21 +216,19 @@ impl Backend for PgStore {
 
     async fn answer_gate(
         &self,
-        session: SessionId,
-        gate: GateId,
+        target: Answering,
         answer: Answer,
         key: Option<Idempotency>,
         by: AnsweredBy,
     ) -> Result<AnswerOutcome, StoreError> {
-        let job = Arc::new((answer, key, by));
+        // The event and the command are made once, here, not inside the writer's transaction
+        // (which may run a job again): the claim then writes them in one statement.
+        let job = Arc::new(gates::AnswerJob::new(target, answer, key, &by));
         self.inner
             .writer
             .write(move |conn| {
                 let job = Arc::clone(&job);
-                Box::pin(async move {
-                    let (answer, key, by) = &*job;
-                    gates::answer(conn, session, gate, answer, key.as_ref(), by).await
-                })
+                Box::pin(async move { gates::answer(conn, &job).await })
             })
             .await
     }

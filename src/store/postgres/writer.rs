@@ -285,9 +285,7 @@ impl Writer {
         if let Err(e) = conn.batch_execute("BEGIN").await {
             return Attempt::StorageFailed(format!("BEGIN failed: {e}"));
         }
-        if order_lock
-            && let Err(e) = conn.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&LOCK_CLASS, &LOCK_ORDER]).await
-        {
+        if order_lock && let Err(e) = lock_order(conn).await {
             let _ = conn.batch_execute("ROLLBACK").await;
             return Attempt::StorageFailed(format!("the ordering lock was not granted: {e}"));
         }
@@ -315,7 +313,7 @@ impl Writer {
     async fn announce(&mut self) {
         self.committed.notify_one();
         if let Some(conn) = &self.conn
-            && let Err(e) = conn.execute("SELECT pg_notify($1, '')", &[&CHANNEL]).await
+            && let Err(e) = notify(conn).await
         {
             tracing::debug!(error = %e, "NOTIFY after a commit failed; other replicas poll");
         }
@@ -335,6 +333,18 @@ impl Writer {
             }
         }
     }
+}
+
+/// Takes the ordering lock (statements prepared once per connection, like every other).
+async fn lock_order(conn: &Conn) -> Result<(), tokio_postgres::Error> {
+    let stmt = conn.prepare_cached("SELECT pg_advisory_xact_lock($1, $2)").await?;
+    conn.execute(&stmt, &[&LOCK_CLASS, &LOCK_ORDER]).await.map(drop)
+}
+
+/// Wakes the other replicas' followers.
+async fn notify(conn: &Conn) -> Result<(), tokio_postgres::Error> {
+    let stmt = conn.prepare_cached("SELECT pg_notify($1, '')").await?;
+    conn.execute(&stmt, &[&CHANNEL]).await.map(drop)
 }
 
 enum Attempt {

@@ -26,8 +26,8 @@ pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, PendingCommit};
 
 use super::model::{
-    AnswerOutcome, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery, Listing,
-    OpenOutcome, Pending,
+    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery,
+    Listing, OpenOutcome, Pending,
 };
 use super::{Backend, Health, NewGate, OpenError, PageLimit, StoreError};
 
@@ -265,12 +265,12 @@ impl Backend for SqliteStore {
 
     async fn answer_gate(
         &self,
-        session: SessionId,
-        gate: GateId,
+        target: Answering,
         answer: Answer,
         key: Option<Idempotency>,
         by: AnsweredBy,
     ) -> Result<AnswerOutcome, StoreError> {
+        let (session, gate) = (target.session, target.gate_id);
         self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), &by, effects)).await
     }
 
