@@ -226,7 +226,7 @@ impl Backend for PgStore {
         let job = Arc::new(gates::AnswerJob::new(target, answer, key, &by));
         self.inner
             .writer
-            .write(move |conn| {
+            .write_independent(move |conn| {
                 let job = Arc::clone(&job);
                 Box::pin(async move { gates::answer(conn, &job).await })
             })

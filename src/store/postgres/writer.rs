@@ -56,7 +56,14 @@ pub(super) type Conn = deadpool_postgres::ClientWrapper;
 
 /// A unit of work: runs inside the writer's transaction, perhaps more than once (when another job
 /// of its batch failed, the batch runs again without that one), then learns whether it committed.
-pub(super) struct Job(Box<dyn Work>);
+/// An `independent` job (an answer's claim: one statement, then a read when it lost) may be sent
+/// down the connection together with its independent neighbours, without waiting for theirs to
+/// come back (pipelined): PostgreSQL still runs their statements one after another, so each sees
+/// what the ones before it wrote, and a lost race reads the winner afterwards.
+pub(super) struct Job {
+    work: Box<dyn Work>,
+    independent: bool,
+}
 
 trait Work: Send {
     /// Runs the job, keeping its result for the reply.
@@ -102,17 +109,17 @@ where
 
 impl Job {
     /// Wraps a job; the receiver yields its result once its transaction is decided.
-    pub(super) fn new<T, F>(work: F) -> (Self, oneshot::Receiver<Result<T, StoreError>>)
+    fn new<T, F>(work: F, independent: bool) -> (Self, oneshot::Receiver<Result<T, StoreError>>)
     where
         T: Send + 'static,
         F: for<'c> Fn(&'c Conn) -> BoxFuture<'c, Result<T, StoreError>> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        (Self(Box::new(Typed { work, result: None, tx })), rx)
+        (Self { work: Box::new(Typed { work, result: None, tx }), independent }, rx)
     }
 
     fn fail(self, e: StoreError) {
-        self.0.reply(Err(e));
+        self.work.reply(Err(e));
     }
 }
 
@@ -135,7 +142,19 @@ impl WriterHandle {
         T: Send + 'static,
         F: for<'c> Fn(&'c Conn) -> BoxFuture<'c, Result<T, StoreError>> + Send + 'static,
     {
-        let (job, reply) = Job::new(work);
+        self.send(Job::new(work, false)).await
+    }
+
+    /// Like `write`, for an independent job (see `Job`), which may be pipelined with others.
+    pub async fn write_independent<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c Conn) -> BoxFuture<'c, Result<T, StoreError>> + Send + 'static,
+    {
+        self.send(Job::new(work, true)).await
+    }
+
+    async fn send<T>(&self, (job, reply): (Job, oneshot::Receiver<Result<T, StoreError>>)) -> Result<T, StoreError> {
         self.jobs.send(Msg::Job(job)).await.map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
         reply.await.map_err(|_| StoreError::Internal("a write job ended without a reply".into()))?
     }
@@ -251,7 +270,7 @@ impl Writer {
                 Attempt::Committed => {
                     self.health.set(true);
                     for job in jobs.drain(..) {
-                        job.0.reply(Ok(()));
+                        job.work.reply(Ok(()));
                     }
                     self.announce().await;
                     return;
@@ -289,14 +308,21 @@ impl Writer {
             let _ = conn.batch_execute("ROLLBACK").await;
             return Attempt::StorageFailed(format!("the ordering lock was not granted: {e}"));
         }
-        for (index, job) in jobs.iter_mut().enumerate() {
-            if let Err(e) = job.0.run(conn).await {
+        let mut start = 0;
+        while start < jobs.len() {
+            // A run of independent jobs goes down the connection at once; any other job alone.
+            let end = if jobs[start].independent {
+                start + jobs[start..].iter().take_while(|job| job.independent).count()
+            } else {
+                start + 1
+            };
+            let results =
+                futures_util::future::join_all(jobs[start..end].iter_mut().map(|job| job.work.run(conn))).await;
+            if let Some(failed) = first_failure(start, results) {
                 let _ = conn.batch_execute("ROLLBACK").await;
-                return match e {
-                    StoreError::Unavailable(cause) => Attempt::StorageFailed(cause),
-                    internal => Attempt::JobFailed(index, internal),
-                };
+                return failed;
             }
+            start = end;
         }
         if let Some(pause) = before_commit {
             pause(jobs.len()).await;
@@ -333,6 +359,23 @@ impl Writer {
             }
         }
     }
+}
+
+/// What failed first among the results of jobs `start..`: storage trouble fails the batch; else
+/// the first job that failed on its own (the jobs pipelined after it fail only because the
+/// transaction was aborted: they run again without it).
+fn first_failure(start: usize, results: Vec<Result<(), StoreError>>) -> Option<Attempt> {
+    let mut failed = None;
+    for (offset, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(()) => {}
+            Err(StoreError::Unavailable(cause)) => return Some(Attempt::StorageFailed(cause)),
+            Err(internal) => {
+                failed.get_or_insert(Attempt::JobFailed(start + offset, internal));
+            }
+        }
+    }
+    failed
 }
 
 /// Takes the ordering lock (statements prepared once per connection, like every other).
