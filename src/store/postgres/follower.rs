@@ -56,6 +56,8 @@ impl Follower {
                         tracing::info!("the journal follower reads again");
                     }
                 }
+                // Shutting down closes the pool under a read: not a failure.
+                Err(_) if self.shutdown.is_cancelled() => break,
                 Err(e) => {
                     if self.reading.swap(false, Ordering::Relaxed) {
                         tracing::error!(error = %e, "the journal follower cannot read the journal; retrying");
