@@ -1,5 +1,5 @@
 //! The command line: `gatehouse serve` and its flags, each with a `GATEHOUSE_*` environment
-//! fallback, the client subcommands (`ask`, `answer`, `gates`, `tail`) and `bench`.
+//! fallback, the client subcommands (`ask`, `answer`, `gates`, `tail`, `mcp`) and `bench`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -68,6 +68,17 @@ Examples:
         "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type"
     ))]
     Tail(TailArgs),
+    /// Serve the Model Context Protocol over stdio: tools `ask_user` and `approve_tool_call` for
+    /// an MCP client's agent, answered through this gatehouse server.
+    #[command(after_help = client_help!(
+        "Register it with an MCP client, for example (the client starts it and speaks on its stdio):
+  {\"mcpServers\": {\"gatehouse\": {\"command\": \"gatehouse\", \"args\": [\"mcp\", \"--session\", \"<uuid>\"],
+                                \"env\": {\"GATEHOUSE_URL\": \"http://127.0.0.1:8080\"}}}}
+
+A retried tool call finds its gate again (also across restarts, given --session); a cancelled call
+withdraws its gate. A client may name a call with _meta \"gatehouse/call_id\"."
+    ))]
+    Mcp(McpArgs),
     /// Measure gatehouse side by side with this machine's own ceilings (starts its own servers).
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
@@ -131,6 +142,17 @@ pub struct AskArgs {
     /// Print the whole gate view as JSON instead of the answer alone.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse mcp`.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// The session the questions go into (a UUID; default: a fresh one per run). Give the same
+    /// one each run so that a restarted client's retried calls find their questions again.
+    #[arg(long, value_name = "ID", env = "GATEHOUSE_SESSION")]
+    pub session: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }

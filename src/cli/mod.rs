@@ -1,10 +1,13 @@
 //! Client subcommands of the `gatehouse` binary, over the HTTP API: `ask` (block until a person
-//! answers), `answer`, `gates` and `tail`. Results go to stdout, everything else to stderr.
+//! answers), `answer`, `gates`, `tail`, and `mcp` (an MCP server over stdio whose tools ask).
+//! Results go to stdout, everything else to stderr.
 
 mod answer;
 mod ask;
+mod asking;
 mod client;
 mod gates;
+mod mcp;
 mod sse;
 mod tail;
 mod terminal;
@@ -24,6 +27,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Answer(args) => answer::run(args).await,
         Command::Gates(args) => gates::run(args).await,
         Command::Tail(args) => tail::run(args).await,
+        Command::Mcp(args) => mcp::run(args).await,
         Command::Serve(_) | Command::Bench(_) | Command::BenchCeiling(_) => {
             unreachable!("main runs the server and the bench itself")
         }

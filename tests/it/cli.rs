@@ -168,7 +168,9 @@ async fn ask_under_timeout_leaves_no_gate_open() {
         let view = app.view(&session, gate).await;
         assert_eq!(
             (view["state"].as_str(), view["resolution"]["reason"].as_str()),
-            (Some("closed"), Some("abandoned"))
+            (Some("closed"), Some("abandoned")),
+            "ask said: {}",
+            text(&timed.stderr)
         );
     }
     // Only a machine too slow to open a gate in 5 s gets here with none; then none is open either.
@@ -489,7 +491,7 @@ async fn on_a_terminal_ask_escapes_the_answer_too() {
 
 #[tokio::test]
 async fn every_client_help_names_gatehouse_token() {
-    for command in ["ask", "answer", "gates", "tail"] {
+    for command in ["ask", "answer", "gates", "tail", "mcp"] {
         let help = finish(gatehouse("http://127.0.0.1:9", &[command, "--help"]).spawn().unwrap()).await;
         assert_eq!(help.status.code(), Some(0));
         assert!(text(&help.stdout).contains("GATEHOUSE_TOKEN"), "{command} --help: {}", text(&help.stdout));

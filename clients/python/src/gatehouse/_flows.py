@@ -1,0 +1,312 @@
+"""What the client does, free of I/O, so the blocking and the async client share it.
+
+A flow is a generator: it yields a :class:`Call` (an HTTP request) or a :class:`Sleep`, and is
+sent back the :class:`Response` (or has :class:`~gatehouse.errors.Unreachable` thrown into it);
+its return value is the method's result. ``Client`` and ``AsyncClient`` only drive flows.
+Also here: the Server-Sent Events parser the event iterators share.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Union
+
+from .errors import GatehouseError, StreamReset, TimedOut, Unreachable, Withdrawn, from_response
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    json: Any = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    #: Seconds to wait for the whole answer (a long-poll needs longer than the default).
+    timeout: float = 30.0
+
+
+@dataclass
+class Sleep:
+    seconds: float
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+    headers: Mapping[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def error(self) -> GatehouseError:
+        return from_response(self.status, self.body, self.headers.get("retry-after"))
+
+
+Step = Union[Call, Sleep]
+Flow = Generator[Step, Optional[Response], Any]
+
+#: How many times a request that may not be retried forever (an open, an answer) is tried.
+TRIES = 5
+
+
+class Backoff:
+    """Full-jitter delays: at random up to 250 ms, 500 ms, 1 s, … at most 5 s, so clients that
+    lost the same server do not come back in lock-step."""
+
+    def __init__(self, first: float = 0.25, most: float = 5.0) -> None:
+        self.first, self.most, self.ceiling = first, most, first
+
+    def next(self) -> float:
+        delay = random.uniform(0, self.ceiling)
+        self.ceiling = min(self.ceiling * 2, self.most)
+        return delay
+
+    def reset(self) -> None:
+        self.ceiling = self.first
+
+
+def fresh_id() -> str:
+    return str(uuid.uuid4())
+
+
+def retried(call: Call, tries: Optional[int] = TRIES) -> Flow:
+    """Sends ``call`` until it gets an answer that is not a retryable ``503`` (or the server is
+    reachable again), at most ``tries`` times (``None``: until it does); returns the response,
+    whatever its status. The call must be safe to repeat (idempotent by its ids or its key)."""
+    backoff = Backoff()
+    attempt = 0
+    while True:
+        attempt += 1
+        last = tries is not None and attempt >= tries
+        try:
+            response = yield call
+        except Unreachable:
+            if last:
+                raise
+        else:
+            assert response is not None
+            if not (response.status == 503 and response.error().retryable) or last:
+                return response
+        yield Sleep(backoff.next())
+
+
+def expect(response: Response) -> Any:
+    """The body of a 2xx response, or the response's exception."""
+    if not response.ok:
+        raise response.error()
+    return response.body
+
+
+def question_body(
+    loop_id: str,
+    tool: str,
+    question: str,
+    choices: Optional[Sequence[str]],
+    allow_other: bool,
+    timeout: Optional[float],
+    default: Optional[str],
+) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"loop_id": loop_id, "tool_execution_id": tool, "question": question}
+    if choices:
+        body["choices"] = list(choices)
+        body["allow_other"] = allow_other
+    if timeout is not None:
+        nanos = int(timeout * 1_000_000_000)
+        if default is not None:
+            answer = {"action": "answer", "values": {"answer": default}}
+            body["response_policy"] = {"timeout": nanos, "on_timeout": "respond", "response": answer}
+        else:
+            body["response_policy"] = {"timeout": nanos, "on_timeout": "wait"}
+    return body
+
+
+def ask(
+    question: str,
+    choices: Optional[Sequence[str]],
+    allow_other: bool,
+    timeout: Optional[float],
+    default: Optional[str],
+    session: Optional[str],
+) -> Flow:
+    """Opens a gate, waits until it leaves ``open`` (through restarts of the server: the gate is
+    durable), acknowledges the command the answer put in this loop's inbox, returns the answer."""
+    session = session or fresh_id()
+    loop_id, tool = fresh_id(), fresh_id()
+    body = question_body(loop_id, tool, question, choices, allow_other, timeout, default)
+    # The same ids find the same gate: an open is safe to repeat.
+    view = expect((yield from retried(Call("POST", f"/v1/sessions/{session}/gates", json=body))))
+    gate = view["gate"]["id"]
+    path = f"/v1/sessions/{session}/gates/{gate}"
+    # With a default the server answers at the deadline; without one, the deadline is ours.
+    deadline = time.monotonic() + timeout if timeout is not None and default is None else None
+    backoff = Backoff()
+    while view["state"] == "open":
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            view = yield from withdraw(path, gate)
+            break
+        seconds = 30 if left is None else max(0, min(30, int(left)))
+        if seconds == 0:
+            yield Sleep(left or 0)
+            continue
+        try:
+            response = yield Call("GET", f"{path}/wait?timeout={seconds}", timeout=seconds + 15)
+        except Unreachable:
+            yield Sleep(backoff.next())
+            continue
+        if response.ok:
+            backoff.reset()
+            view = response.body
+        elif response.error().retryable:
+            yield Sleep(backoff.next())
+        else:
+            raise response.error()
+    if view["state"] == "closed":
+        raise Withdrawn(view)
+    yield from acknowledge(session, loop_id, gate)
+    return view["answer"]
+
+
+def withdraw(path: str, gate: str) -> Flow:
+    """The deadline passed: withdraws the gate as abandoned and raises :class:`TimedOut`, unless
+    an answer (or a close) won the race, whose view is then returned."""
+    response = yield from retried(Call("POST", f"{path}/close", json={"reason": "abandoned"}))
+    if response.status == 409:
+        return expect((yield from retried(Call("GET", path))))
+    raise TimedOut(gate)
+
+
+def acknowledge(session: str, loop_id: str, gate: str) -> Flow:
+    """Acks the command of ``gate`` in the loop's inbox (its answer has been taken). Best effort:
+    the answer is known either way, and an unacked command is merely offered again."""
+    inbox = f"/v1/sessions/{session}/loops/{loop_id}/commands"
+    try:
+        page = expect((yield from retried(Call("GET", f"{inbox}?include_acked=true&limit=1000"))))
+        for entry in page["commands"]:
+            command = entry["command"]
+            if command["gate_id"] == gate:
+                yield from retried(Call("POST", f"{inbox}/{command['command_id']}/ack"))
+    except GatehouseError:
+        pass
+
+
+def answer(gate_id: str, text: str, idempotency_key: Optional[str]) -> Flow:
+    """Answers a gate by its id alone; returns the journal seq of the answer. One key for every
+    retry, so an answer whose first try's outcome is unknown is never given twice."""
+    view = expect((yield from retried(Call("GET", f"/v1/gates/{gate_id}"))))
+    key = idempotency_key or fresh_id()
+    call = Call(
+        "POST",
+        f"/v1/sessions/{view['session_id']}/gates/{gate_id}",
+        json={"action": "answer", "values": {"answer": text}},
+        headers={"Idempotency-Key": key},
+    )
+    accepted = expect((yield from retried(call)))
+    return int(accepted["journal_seq"])
+
+
+def gates(state: Optional[str], session: Optional[str]) -> Flow:
+    """Every gate in ``state`` (comma-separated states; ``None``: all), oldest first, page by page."""
+    base = f"/v1/sessions/{session}/gates" if session else "/v1/gates"
+    query = "limit=1000" + (f"&state={state}" if state else "")
+    found: List[Dict[str, Any]] = []
+    after: Optional[str] = None
+    while True:
+        cursor = f"&after={after}" if after else ""
+        page = expect((yield from retried(Call("GET", f"{base}?{query}{cursor}"))))
+        found.extend(page["gates"])
+        after = page.get("next_after")
+        if not after:
+            return found
+
+
+def events_call(after: int, session: Optional[str]) -> Call:
+    """The request that follows the journal after seq ``after``."""
+    path = f"/v1/sessions/{session}/events" if session else "/v1/events"
+    return Call("GET", path, headers={"Accept": "text/event-stream", "Last-Event-ID": str(after)})
+
+
+@dataclass
+class Event:
+    """One journal event: its ``seq`` (the SSE id) and the event itself."""
+
+    seq: int
+    event: Dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.event.get("type", ""))
+
+
+@dataclass
+class Frame:
+    event: str = "message"
+    data: str = ""
+    id: Optional[str] = None
+
+
+class SseParser:
+    """Server-Sent Events, as the WHATWG rules read them: CRLF, LF or CR ends a line (also split
+    across chunks), ``data`` lines are joined with ``\\n``, comments and unknown fields are
+    ignored, a blank line dispatches a frame."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._pending_cr = False
+        self._event = ""
+        self._data: List[str] = []
+        self._id: Optional[str] = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, chunk: bytes) -> List[Frame]:
+        text = self._decoder.decode(chunk)
+        frames: List[Frame] = []
+        for char in text:
+            if self._pending_cr:
+                self._pending_cr = False
+                if char == "\n":
+                    continue
+            if char in "\r\n":
+                self._pending_cr = char == "\r"
+                frame = self._line(self._buffer)
+                self._buffer = ""
+                if frame is not None:
+                    frames.append(frame)
+            else:
+                self._buffer += char
+        return frames
+
+    def _line(self, line: str) -> Optional[Frame]:
+        if line == "":
+            if not self._data and not self._event:
+                return None
+            frame = Frame(event=self._event or "message", data="\n".join(self._data), id=self._id)
+            self._event, self._data = "", []
+            return frame
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        return None
+
+
+def event_of(frame: Frame) -> Optional[Event]:
+    """The journal event of an ``enduring`` frame; raises :class:`StreamReset` for ``reset``."""
+    if frame.event == "reset":
+        data = json.loads(frame.data or "{}")
+        raise StreamReset(int(data.get("earliest", 0)), int(data.get("head", 0)))
+    if frame.event != "enduring" or frame.id is None:
+        return None
+    return Event(seq=int(frame.id), event=json.loads(frame.data)["event"])

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The clients' tests against the real binary: the Python client (pytest), the TypeScript client
+# (node's test runner) and `gatehouse mcp` driven by the official MCP Python SDK over stdio.
+# Installs what is missing (Python's venv, Node.js) and puts the Python tools into
+# target/tools/clients; `.ci/test` runs this.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+
+have() { command -v "$1" >/dev/null 2>&1; }
+install_packages() {
+  if ! have apt-get; then
+    echo "missing: $* (install them with your package manager)" >&2
+    exit 1
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+have node || install_packages nodejs
+venv=target/tools/clients
+if [ ! -x "$venv/bin/pytest" ]; then
+  python3 -m venv "$venv" || { install_packages python3-venv && python3 -m venv "$venv"; }
+  "$venv/bin/pip" install --quiet --requirement clients/requirements-test.txt
+fi
+# The client as a user installs it, fresh each run (the tests import the installed package).
+"$venv/bin/pip" install --quiet --force-reinstall --no-deps ./clients/python
+
+cargo build --locked --quiet
+export GATEHOUSE_BIN="$repo/target/debug/gatehouse"
+echo "-- the Python client, and gatehouse mcp under the official MCP Python SDK"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests tests/mcp
+echo "-- the TypeScript client"
+(cd clients/typescript && node --test test/)

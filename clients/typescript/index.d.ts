@@ -1,0 +1,114 @@
+// Types of the gatehouse client (index.js).
+
+/** A gate as every read returns it (the contract's `GateView`). */
+export interface GateView {
+  session_id: string;
+  loop_id: string;
+  state: 'open' | 'resolved' | 'closed';
+  gate: { id: string; kind: string; prompt: { title: string; body: string }; [member: string]: unknown };
+  opened_seq: number;
+  opened_at: string;
+  deadline?: string;
+  resolved_seq?: number;
+  resolution?: Record<string, unknown>;
+  answer?: string;
+}
+
+/** One journal event: its seq (the SSE id), its type, and the event itself. */
+export interface JournalEvent {
+  seq: number;
+  type: string;
+  event: Record<string, unknown>;
+}
+
+export interface ClientOptions {
+  /** A bearer token from the server's tokens file. */
+  token?: string;
+  /** Another fetch (a test double, a fetch with a proxy). */
+  fetch?: typeof fetch;
+}
+
+export interface AskOptions {
+  /** Answers to choose from; without them the answer is free text. */
+  choices?: string[];
+  /** With choices: also accept an answer that is none of them. */
+  allowOther?: boolean;
+  /** Seconds: the server answers `default` then; without a default the gate is withdrawn. */
+  timeout?: number;
+  /** The answer at the deadline. */
+  default?: string;
+  /** The session the gate goes into (default: a fresh one). */
+  session?: string;
+  /** Stops waiting (the gate stays open). */
+  signal?: AbortSignal;
+}
+
+export declare class Client {
+  constructor(url?: string, options?: ClientOptions);
+  readonly url: string;
+  /** Asks a person and resolves to the answer (Withdrawn or TimedOut otherwise). */
+  ask(question: string, options?: AskOptions): Promise<string>;
+  /** Answers a gate by its id; resolves to the answer's journal seq (GateConflict when too late). */
+  answer(gateId: string, answer: string, options?: { idempotencyKey?: string }): Promise<number>;
+  /** The gates in `state` (comma-separated; null for all), of every session or of `session`. */
+  gates(options?: { state?: string | null; session?: string }): Promise<GateView[]>;
+  /** Every journal event after `after`, then live ones; resumes by Last-Event-ID by itself. */
+  events(options?: { after?: number; session?: string; signal?: AbortSignal }): AsyncGenerator<JournalEvent, void, undefined>;
+}
+
+export interface ErrorOptions {
+  status?: number;
+  code?: string;
+  retryable?: boolean;
+  body?: Record<string, unknown>;
+}
+
+export declare class GatehouseError extends Error {
+  constructor(message: string, options?: ErrorOptions);
+  readonly status: number;
+  readonly code: string;
+  readonly retryable: boolean;
+  readonly body: Record<string, unknown>;
+  readonly error: Record<string, unknown>;
+}
+export declare class Unreachable extends GatehouseError {
+  constructor(url: string, cause: string);
+  readonly url: string;
+}
+export declare class InvalidRequest extends GatehouseError {
+  readonly fields: Array<{ path: string; code: string; message: string }>;
+}
+export declare class Unauthorized extends GatehouseError {}
+export declare class Forbidden extends GatehouseError {}
+export declare class NotFound extends GatehouseError {}
+export declare class GateConflict extends GatehouseError {
+  /** The winning GateResolved event. */
+  readonly resolution: Record<string, unknown>;
+}
+export declare class ReaskConflict extends GatehouseError {
+  readonly gate: GateView;
+}
+export declare class IdempotencyConflict extends GatehouseError {}
+export declare class RateLimited extends GatehouseError {
+  readonly retryAfter: number;
+}
+export declare class Unavailable extends GatehouseError {}
+export declare class ServerError extends GatehouseError {}
+export declare class Withdrawn extends GatehouseError {
+  constructor(view: GateView);
+  readonly view: GateView;
+}
+export declare class TimedOut extends GatehouseError {
+  constructor(gateId: string);
+  readonly gateId: string;
+}
+export declare class StreamReset extends GatehouseError {
+  constructor(earliest: number, head: number);
+  readonly earliest: number;
+  readonly head: number;
+}
+
+/** The Server-Sent Events parser `events` uses. */
+export declare class SseParser {
+  feed(chunk: Uint8Array): Array<{ event: string; data: string; id?: string }>;
+}

@@ -1,0 +1,227 @@
+//! The flow every asker shares (`gatehouse ask`, `gatehouse mcp`): open a gate, wait for it to
+//! leave `open` (riding out server restarts), withdraw it when the asker gives up, and
+//! acknowledge the loop command an answer produced.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::client::{Api, ClientError, Reply};
+use super::server_backoff;
+
+/// Where a question ended.
+pub enum Ending {
+    /// Answered (by a person or by the default): the final view.
+    Answered(Value),
+    /// Withdrawn by its owner or abandoned.
+    Withdrawn(Value),
+    /// The client deadline passed without an answer (and without a default).
+    TimedOut,
+    /// The server refused to show the gate (a revoked token, a gate it no longer has): waiting
+    /// longer would not help.
+    Refused(String),
+}
+
+/// The gate an asker waits for.
+pub struct Asked {
+    pub api: Api,
+    pub session: String,
+    pub loop_id: String,
+    pub gate: String,
+    /// Who waits (`ask`, `mcp`), for the lines it writes to stderr.
+    pub who: &'static str,
+}
+
+/// What is asked: the question, its choices, and what happens at a deadline.
+#[derive(Debug, Clone)]
+pub struct Question {
+    pub text: String,
+    pub choices: Vec<String>,
+    pub allow_other: bool,
+    /// Stop waiting after this long: answer with `default`, or (without one) withdraw the gate.
+    pub timeout: Option<Duration>,
+    /// The answer the server gives at the deadline.
+    pub default: Option<String>,
+    /// The gate's title (the server's default when `None`).
+    pub title: Option<String>,
+}
+
+impl Question {
+    /// The open body for this question from `loop_id`'s tool execution `tool`.
+    fn body(&self, loop_id: &str, tool: &str) -> Result<Value, String> {
+        let mut body = json!({"loop_id": loop_id, "tool_execution_id": tool, "question": self.text});
+        if !self.choices.is_empty() {
+            body["choices"] = json!(self.choices);
+            body["allow_other"] = json!(self.allow_other);
+        }
+        if let Some(title) = &self.title {
+            body["title"] = json!(title);
+        }
+        if let Some(timeout) = self.timeout {
+            let nanos = i64::try_from(timeout.as_nanos()).map_err(|_| "the timeout is too long".to_owned())?;
+            body["response_policy"] = match &self.default {
+                Some(default) => json!({"timeout": nanos, "on_timeout": "respond",
+                                        "response": {"action": "answer", "values": {"answer": default}}}),
+                None => json!({"timeout": nanos, "on_timeout": "wait"}),
+            };
+        }
+        Ok(body)
+    }
+
+    /// When the asker stops waiting by itself: at the timeout, unless the server answers then.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.timeout.filter(|_| self.default.is_none()).map(|t| Instant::now() + t)
+    }
+}
+
+/// Opens the gate (or finds the one these ids opened before) and returns its view. The ids make
+/// it idempotent, so transient trouble is simply retried.
+pub async fn open(api: &Api, session: &str, loop_id: &str, tool: &str, question: &Question) -> Result<Value, String> {
+    let body = question.body(loop_id, tool)?;
+    let path = format!("/v1/sessions/{session}/gates");
+    const TRIES: usize = 5;
+    let mut backoff = server_backoff();
+    for attempt in 1..=TRIES {
+        match api.post(&path, Some(&body), None).await {
+            Ok(reply) if reply.ok() => return Ok(reply.body),
+            // No wait after the last try: it would only delay the error.
+            Ok(reply) if reply.retryable() && attempt < TRIES => backoff.wait().await,
+            Ok(reply) if reply.retryable() => break,
+            Ok(reply) => return Err(reply.message()),
+            // Not reachable at all: say so now rather than wait on a typo in the URL.
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err("gatehouse stayed unavailable; try again later".into())
+}
+
+impl Asked {
+    pub fn gate_path(&self) -> String {
+        format!("/v1/sessions/{}/gates/{}", self.session, self.gate)
+    }
+
+    /// Long-polls until the gate leaves `open` or the deadline passes. Connection trouble and
+    /// restarts are waited out: the gate is durable, so the answer will still be there.
+    pub async fn wait(&self, deadline: Option<Instant>) -> Ending {
+        let mut backoff = server_backoff();
+        let mut reported = false;
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return self.time_out().await;
+            }
+            let seconds = left.map_or(30, |l| l.as_secs().min(30));
+            if seconds == 0 {
+                // Less than a second left: the long-poll counts whole seconds.
+                tokio::time::sleep(left.unwrap_or_default()).await;
+                continue;
+            }
+            match self.api.get(&format!("{}/wait?timeout={seconds}", self.gate_path())).await {
+                Ok(reply) if reply.ok() => {
+                    backoff.reset();
+                    if let Some(ending) = ending_of(reply.body) {
+                        return ending;
+                    }
+                }
+                Ok(reply) if !reply.retryable() => return Ending::Refused(reply.message()),
+                outcome => {
+                    if !reported {
+                        let why = outcome.map_or_else(|e| e.to_string(), |r| r.message());
+                        eprintln!("gatehouse {}: {why}; still waiting", self.who);
+                        reported = true;
+                    }
+                    backoff.wait().await;
+                }
+            }
+        }
+    }
+
+    /// The deadline passed: withdraw the gate, unless an answer won the race meanwhile.
+    async fn time_out(&self) -> Ending {
+        match self.close().await {
+            Ok(reply) if reply.status == 409 => {
+                // Answered or closed just now: that result stands.
+                match self.api.get(&self.gate_path()).await.ok().and_then(|r| ending_of(r.body)) {
+                    Some(ending) => ending,
+                    None => Ending::TimedOut,
+                }
+            }
+            _ => Ending::TimedOut,
+        }
+    }
+
+    /// Withdraws the gate as `abandoned`, retrying briefly.
+    pub async fn withdraw(&self) -> Result<(), String> {
+        match self.close().await {
+            Ok(reply) if reply.ok() || reply.status == 409 => Ok(()),
+            Ok(reply) => Err(reply.message()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    async fn close(&self) -> Result<Reply, ClientError> {
+        let body = json!({"reason": "abandoned"});
+        let mut backoff = server_backoff();
+        const TRIES: usize = 4;
+        let mut last = None;
+        for attempt in 1..=TRIES {
+            match self.api.post(&format!("{}/close", self.gate_path()), Some(&body), None).await {
+                Ok(reply) if !reply.retryable() => return Ok(reply),
+                outcome => last = Some(outcome),
+            }
+            // No wait after the last try: it would only delay the exit (after Ctrl-C, say).
+            if attempt < TRIES {
+                backoff.wait().await;
+            }
+        }
+        last.expect("tried at least once")
+    }
+
+    /// Acknowledges the `ProvideUserInput` this gate put in our loop's inbox: the asker is the
+    /// loop, and it has used the answer.
+    pub async fn ack(&self) -> Result<(), String> {
+        let command = self.command().await?;
+        let id = command["command"]["command_id"].as_str().ok_or("a command without an id")?;
+        let path = format!("/v1/sessions/{}/loops/{}/commands/{id}/ack", self.session, self.loop_id);
+        let reply = self.api.post(&path, None, None).await.map_err(|e| e.to_string())?;
+        if reply.ok() { Ok(()) } else { Err(reply.message()) }
+    }
+
+    /// Whether this gate's command was acknowledged: its answer was taken.
+    pub async fn acked(&self) -> Result<bool, String> {
+        Ok(self.command().await?["acked_at"].is_string())
+    }
+
+    /// This gate's entry in the loop's inbox, acknowledged or not, looked up page by page.
+    async fn command(&self) -> Result<Value, String> {
+        let mut after = 0;
+        loop {
+            let inbox = format!(
+                "/v1/sessions/{}/loops/{}/commands?include_acked=true&limit=1000&after={after}",
+                self.session, self.loop_id
+            );
+            let reply = self.api.get(&inbox).await.map_err(|e| e.to_string())?;
+            if !reply.ok() {
+                return Err(reply.message());
+            }
+            let commands = reply.body["commands"].as_array().cloned().unwrap_or_default();
+            if let Some(entry) = commands.iter().find(|c| c["command"]["gate_id"] == self.gate.as_str()) {
+                return Ok(entry.clone());
+            }
+            match reply.body["next_after"].as_i64() {
+                Some(next) if !commands.is_empty() && next > after => after = next,
+                _ => return Err("the command is not in the inbox".into()),
+            }
+        }
+    }
+}
+
+/// How a view ends the wait, if it does.
+pub fn ending_of(view: Value) -> Option<Ending> {
+    match view["state"].as_str() {
+        Some("resolved") => Some(Ending::Answered(view)),
+        Some("closed") => Some(Ending::Withdrawn(view)),
+        _ => None,
+    }
+}
