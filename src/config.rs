@@ -415,6 +415,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", env = "GATEHOUSE_MAX_STREAMS_PER_TOKEN", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_streams_per_token: u32,
 
+    /// Also serve `GET /metrics` without a token on this address: a port (then on 127.0.0.1) or
+    /// ADDRESS:PORT. On the main address /metrics needs an admin token.
+    #[arg(long, value_name = "[ADDR:]PORT", env = "GATEHOUSE_METRICS_BIND", value_parser = parse_metrics_bind)]
+    pub metrics_bind: Option<SocketAddr>,
+
+    /// How the log is written: `text` for people, or `json`, one object per line with its fields
+    /// (every request: request_id, route, status, latency_ms, principal), for log collectors.
+    #[arg(long, value_enum, env = "GATEHOUSE_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Test-only storage fault injection: a file naming a fault (`readonly`, `full:N`), read by
     /// the writer before every transaction. Only in builds with the `fault-injection` feature.
     #[cfg(feature = "fault-injection")]
@@ -461,6 +471,8 @@ impl fmt::Debug for ServeArgs {
             .field("cors_origins", &self.cors_origins)
             .field("rate_limit", &self.rate_limit)
             .field("max_streams_per_token", &self.max_streams_per_token)
+            .field("metrics_bind", &self.metrics_bind)
+            .field("log_format", &self.log_format)
             .field("auth_failures", &self.auth_failures)
             .field("trusted_proxies", &self.trusted_proxies)
             .finish_non_exhaustive()
@@ -479,6 +491,21 @@ impl ServeArgs {
         serve.db = db.into();
         serve.bind = bind;
         *serve
+    }
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `9091` (on 127.0.0.1) or `ADDRESS:PORT`.
+fn parse_metrics_bind(raw: &str) -> Result<SocketAddr, String> {
+    match raw.trim().parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => raw.trim().parse().map_err(|_| format!("{raw:?} is not a port or ADDRESS:PORT")),
     }
 }
 

@@ -2,6 +2,8 @@
 //! `{"error":{"code","message","retryable", "fields"?, "resolution"?, "gate"?}}`.
 //! 5xx bodies never carry internal causes; those are logged instead.
 
+use std::panic::Location;
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -56,7 +58,16 @@ pub enum ApiError {
     #[error("storage is unavailable; retry (with the same Idempotency-Key for answers)")]
     StorageUnavailable(String),
     #[error("internal error")]
-    Internal(String),
+    Internal(String, &'static Location<'static>),
+}
+
+/// What a failed request's response carries for the request log (`http::observe`), which logs
+/// each error once: its code, and for a 5xx the cause, which the body never shows.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub code: &'static str,
+    /// The cause of a 5xx, and for `internal` where in the code it was raised.
+    pub cause: Option<String>,
 }
 
 impl ApiError {
@@ -81,7 +92,7 @@ impl ApiError {
             Self::RateLimited { .. } => "rate_limited",
             Self::GateCapacity(_) => "gate_capacity",
             Self::StorageUnavailable(_) => "storage_unavailable",
-            Self::Internal(_) => "internal",
+            Self::Internal(..) => "internal",
         }
     }
 
@@ -104,7 +115,7 @@ impl ApiError {
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::GateCapacity(_) | Self::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal(..) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -119,13 +130,21 @@ impl ApiError {
     pub fn invalid_body(message: impl Into<String>) -> Self {
         Self::InvalidBody { message: message.into(), fields: Vec::new() }
     }
+
+    /// A bug: `cause` is logged with where this was called (never sent).
+    #[track_caller]
+    pub fn internal(cause: impl Into<String>) -> Self {
+        Self::Internal(cause.into(), Location::caller())
+    }
 }
 
 impl From<StoreError> for ApiError {
+    /// Where the `?` turned a store error into an answer is where it is logged to have started.
+    #[track_caller]
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(cause) => Self::StorageUnavailable(cause),
-            StoreError::Internal(cause) => Self::Internal(cause),
+            StoreError::Internal(cause) => Self::internal(cause),
         }
     }
 }
@@ -150,11 +169,6 @@ struct Body<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        match &self {
-            Self::Internal(cause) => tracing::error!(%cause, "internal error"),
-            Self::StorageUnavailable(cause) => tracing::warn!(%cause, "storage unavailable"),
-            _ => {}
-        }
         let fields = match &self {
             Self::InvalidBody { fields, .. } | Self::GateActionInvalid(fields) | Self::GateValuesInvalid(fields) => {
                 fields.as_slice()
@@ -179,6 +193,12 @@ impl IntoResponse for ApiError {
         };
         let json = serde_json::to_vec(&body).expect("error envelopes serialise");
         let mut response = (self.status(), json).into_response();
+        let cause = match &self {
+            Self::Internal(cause, at) => Some(format!("{cause} (at {at})")),
+            Self::StorageUnavailable(cause) => Some(cause.clone()),
+            _ => None,
+        };
+        response.extensions_mut().insert(Failure { code: self.code(), cause });
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         match self {
             Self::RateLimited { retry_after, .. } => {

@@ -14,6 +14,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod store;
 pub mod supervise;
 pub mod timer;
@@ -32,6 +33,7 @@ use bus::Bus;
 pub use config::ServeArgs;
 pub use http::router;
 use http::{AppState, ConnectionLimits, Handles, Limits, PageReads, ReadTimeouts};
+use metrics::Metrics;
 use store::{BeforeCommit, DatabaseUrl, OpenError, Opened, PgBeforeCommit, PgSettings, SqliteSettings, StoreSettings};
 use supervise::Supervisor;
 use timer::Armed;
@@ -51,6 +53,8 @@ pub enum ServeError {
     Security(#[from] auth::SecurityError),
     #[error(transparent)]
     OpenFiles(#[from] http::OpenFileLimitError),
+    #[error("cannot listen on {0} for --metrics-bind: {1}; choose another address (GATEHOUSE_METRICS_BIND)")]
+    MetricsBind(SocketAddr, std::io::Error),
 }
 
 /// How long shutdown waits for in-flight requests (a client still sending its body, say) and for
@@ -89,6 +93,7 @@ pub fn store_settings(args: &ServeArgs, hooks: &Hooks) -> Result<StoreSettings, 
             durability: args.sync.into(),
             key_file: args.secret_file.clone(),
             before_commit: hooks.before_commit.clone(),
+            writer_metrics: Arc::default(),
             #[cfg(feature = "fault-injection")]
             fault_file: args.fault_file.clone(),
         }),
@@ -163,7 +168,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running, ServeError> {
-    let Opened { store, bus, background } = opened;
+    let Opened { store, bus, background, writer_metrics } = opened;
+    let metrics = Metrics::new(writer_metrics);
     let token = CancellationToken::new();
     // The store's own tasks (writer, follower) stop with the store, after the others.
     let store_tasks = Arc::new(Supervisor::new(token.clone()));
@@ -184,7 +190,7 @@ pub async fn run(
         return Err(e.into());
     }
     // Overdue gates are answered before the first request is served.
-    let armed = match timer::start(&store, &bus, token.clone()).await {
+    let armed = match timer::start(&store, &bus, Arc::clone(&metrics), token.clone()).await {
         Ok((armed, timer)) => {
             tasks.spawn("timer", timer);
             armed
@@ -195,7 +201,9 @@ pub async fn run(
         }
     };
     let started = match webhook::inbound_secret(&args) {
-        Ok(inbound) => webhook::start(&args, address, &store, &bus, &tasks, token.clone()).await.map(|()| inbound),
+        Ok(inbound) => {
+            webhook::start(&args, address, &store, &bus, &metrics, &tasks, token.clone()).await.map(|()| inbound)
+        }
         Err(e) => Err(e),
     };
     let inbound_secret = match started {
@@ -223,6 +231,9 @@ pub async fn run(
         streams: Arc::new(Semaphore::new(args.max_streams as usize)),
         shutdown: token.clone(),
         auth: Arc::new(Auth::new(security, store.server_key().expose(), inbound_secret)),
+        metrics: Arc::clone(&metrics),
+        armed: Arc::clone(&armed),
+        webhook_urls: args.webhook_urls.clone(),
     });
     match state.auth.security.tokens() {
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),
@@ -255,7 +266,26 @@ pub async fn run(
         stream_stall: args.stream_stall,
         open_mode: state.auth.security.is_open(),
         trusted_proxies: state.auth.security.trusted_proxies().clone(),
+        metrics: Arc::clone(&metrics),
     };
+    if let Some(bind) = args.metrics_bind {
+        let listener = match TcpListener::bind(bind).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                stopping.stop().await;
+                return Err(ServeError::MetricsBind(bind, e));
+            }
+        };
+        tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+        let metrics = http::metrics_router(state.clone());
+        let stop = token.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, metrics).with_graceful_shutdown(stop.cancelled_owned()).await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the metrics listener failed");
+            }
+        });
+    }
     // One router for every connection: its handlers became services once, when it got its state
     // (axum's `Router` served per connection would clone the route table, tens of KiB, each time).
     let app = router(state);

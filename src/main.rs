@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use gatehouse::config::{Cli, Command};
+use gatehouse::config::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -22,11 +22,15 @@ fn main() -> ExitCode {
     };
     // The bench reports on stdout and stderr itself; its servers log for themselves.
     let default_filter = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "gatehouse=info,warn" };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match &cli.command {
+        Command::Serve(args) if args.log_format == LogFormat::Json => {
+            logs.json().with_current_span(true).with_span_list(false).flatten_event(true).init();
+        }
+        _ => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

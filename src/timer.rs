@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::bus::{Bus, DeadlineChange};
 use crate::domain::{GateId, Timestamp};
+use crate::metrics::Metrics;
 use crate::store::{Expiry, Store, StoreError};
 
 /// How many due gates one writer job answers.
@@ -45,11 +46,13 @@ impl Armed {
 pub async fn start(
     store: &Store,
     bus: &Bus,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(Arc<Armed>, impl Future<Output = ()> + Send + 'static), StoreError> {
     let feed = bus.take_deadline_feed().expect("one timer task per bus");
     let mut timer = Timer {
         store: store.clone(),
+        metrics,
         heap: BinaryHeap::new(),
         armed: HashMap::new(),
         retries: HashMap::new(),
@@ -69,6 +72,7 @@ pub async fn start(
 
 struct Timer {
     store: Store,
+    metrics: Arc<Metrics>,
     /// (deadline, gate); entries whose gate is no longer armed at that deadline are stale.
     heap: BinaryHeap<Reverse<(Timestamp, GateId)>>,
     armed: HashMap<GateId, Timestamp>,
@@ -144,6 +148,10 @@ impl Timer {
             match self.store.expire_gates(batch.to_vec()).await {
                 Ok(outcomes) => {
                     for (gate, outcome) in batch.iter().zip(outcomes) {
+                        self.metrics.timer_fired(outcome.name());
+                        if matches!(outcome, Expiry::Answered(_)) {
+                            self.metrics.gate_resolved("policy_response");
+                        }
                         match outcome {
                             Expiry::Answered(seq) => {
                                 tracing::info!(gate_id = %gate, journal_seq = seq, "answered by its timeout policy");
@@ -157,7 +165,10 @@ impl Timer {
                         }
                     }
                 }
-                Err(e) => batch.iter().for_each(|gate| self.retry(*gate, &e.to_string())),
+                Err(e) => batch.iter().for_each(|gate| {
+                    self.metrics.timer_fired("failed");
+                    self.retry(*gate, &e.to_string());
+                }),
             }
         }
     }

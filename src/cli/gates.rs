@@ -84,29 +84,14 @@ fn quoted(text: &Value) -> String {
 
 /// "45s", "12m", "3h", "2d" since an RFC 3339 instant written by the server.
 fn age(opened_at: &str) -> String {
-    let Some(opened) = parse_rfc3339(opened_at) else { return "?".into() };
-    let secs = (Timestamp::now().as_nanos() - opened) / 1_000_000_000;
+    let Some(opened) = Timestamp::parse(opened_at) else { return "?".into() };
+    let secs = (Timestamp::now().as_nanos() - opened.as_nanos()) / 1_000_000_000;
     match secs {
         s if s < 60 => format!("{s}s"),
         s if s < 3600 => format!("{}m", s / 60),
         s if s < 86_400 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
     }
-}
-
-/// Nanoseconds since the epoch of `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` (the server's own format).
-fn parse_rfc3339(s: &str) -> Option<i64> {
-    let num = |range: std::ops::Range<usize>| s.get(range)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
-    let nanos = s.get(20..29).and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
-    // Days from civil (Howard Hinnant), the inverse of the server's rendering.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + mi * 60 + se) * 1_000_000_000) + nanos)
 }
 
 /// Follows the journal from `after`, one line per gate change, reconnecting as needed.
@@ -184,6 +169,6 @@ mod tests {
     #[test]
     fn parses_what_the_server_renders() {
         let t = Timestamp::from_nanos(1_796_040_000_123_456_789);
-        assert_eq!(parse_rfc3339(&t.to_string()), Some(t.as_nanos()));
+        assert_eq!(Timestamp::parse(&t.to_string()), Some(t));
     }
 }

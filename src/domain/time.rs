@@ -33,6 +33,25 @@ impl Timestamp {
         self.0
     }
 
+    /// Parses the server's own rendering, `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` (RFC 3339 UTC; fewer
+    /// fractional digits, or none, read as such).
+    pub fn parse(s: &str) -> Option<Self> {
+        let num = |range: std::ops::Range<usize>| s.get(range)?.parse::<i64>().ok();
+        let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+        let fraction = s.get(20..).unwrap_or("").trim_end_matches('Z');
+        let digits = &fraction[..fraction.len().min(9)];
+        let nanos =
+            if digits.is_empty() { 0 } else { digits.parse::<i64>().ok()? * 10_i64.pow(9 - digits.len() as u32) };
+        // Days from civil (Howard Hinnant), the inverse of `civil_from_days`.
+        let y = if mo <= 2 { y - 1 } else { y };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = era * 146_097 + doe - 719_468;
+        Some(Self(((days * SECS_PER_DAY + h * 3600 + mi * 60 + se) * NANOS_PER_SEC) + nanos))
+    }
+
     /// `self + nanos`, saturating (deadlines are bounded long before this matters).
     pub fn plus_nanos(self, nanos: i64) -> Self {
         Self(self.0.saturating_add(nanos))
@@ -72,6 +91,16 @@ impl Serialize for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_what_it_renders() {
+        for nanos in [0, -1, 951_782_400 * NANOS_PER_SEC, 1_796_040_000 * NANOS_PER_SEC + 123_456_789] {
+            assert_eq!(Timestamp::parse(&Timestamp(nanos).to_string()), Some(Timestamp(nanos)), "{nanos}");
+        }
+        assert_eq!(Timestamp::parse("1970-01-01T00:00:01.5Z"), Some(Timestamp(1_500_000_000)));
+        assert_eq!(Timestamp::parse("1970-01-01T00:00:01Z"), Some(Timestamp(NANOS_PER_SEC)));
+        assert_eq!(Timestamp::parse("yesterday"), None);
+    }
 
     #[test]
     fn renders_rfc3339_with_nanoseconds() {

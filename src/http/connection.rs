@@ -43,6 +43,7 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use super::server::AddressSlot;
+use crate::metrics::Metrics;
 
 /// How long a connection may wait for what it waits for between requests.
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +150,8 @@ pub struct ConnectionIo {
     io: TcpStream,
     connection: Arc<Connection>,
     stall: Duration,
+    /// Counts the connections closed for stalling.
+    metrics: Arc<Metrics>,
     /// Armed when a write first finds the socket full; cleared by any write that succeeds.
     write_pending_since: Option<Pin<Box<Sleep>>>,
     /// Armed while a read waits under a deadline; reset when the deadline moves.
@@ -156,8 +159,8 @@ pub struct ConnectionIo {
 }
 
 impl ConnectionIo {
-    pub(super) fn new(io: TcpStream, connection: Arc<Connection>, stall: Duration) -> Self {
-        Self { io, connection, stall, write_pending_since: None, read_timer: None }
+    pub(super) fn new(io: TcpStream, connection: Arc<Connection>, stall: Duration, metrics: Arc<Metrics>) -> Self {
+        Self { io, connection, stall, metrics, write_pending_since: None, read_timer: None }
     }
 
     /// A read found nothing: it waits, unless the connection's read deadline has passed.
@@ -195,10 +198,13 @@ impl ConnectionIo {
                 let stall = self.stall;
                 let timer = self.write_pending_since.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
                 match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("the peer accepted no data for {stall:?}"),
-                    ))),
+                    Poll::Ready(()) => {
+                        self.metrics.stalled();
+                        Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("the peer accepted no data for {stall:?}"),
+                        )))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }

@@ -16,6 +16,7 @@ use crate::auth::Access;
 use crate::auth::Caller;
 use crate::domain::SessionId;
 use crate::error::ApiError;
+use crate::metrics::Kind;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -72,7 +73,7 @@ async fn start(
         now = now.max(state.store.journal_bounds().await?.1);
     }
     let stream_state = state.clone();
-    sse::open(&state, caller, move |sink| follow(stream_state, session, head, now, cursor, sink))
+    sse::open(&state, caller, Kind::Journal, move |sink| follow(stream_state, session, head, now, cursor, sink))
 }
 
 /// Replays what the client missed, then follows the journal live. The head was subscribed to

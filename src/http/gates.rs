@@ -15,6 +15,7 @@ use crate::domain::{
     OpenGateIn, OpenRejection, SessionId,
 };
 use crate::error::ApiError;
+use crate::metrics::Kind;
 use crate::store::{
     self, AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, OpenOutcome,
 };
@@ -63,7 +64,10 @@ async fn open_gate(
         OpenRejection::TemplateValues(fields) => ApiError::GateValuesInvalid(fields),
     })?;
     let (status, view) = match state.store.open_gate(session_id, ask, state.limits.max_open_gates).await? {
-        OpenOutcome::Created(view) => (StatusCode::CREATED, view),
+        OpenOutcome::Created(view) => {
+            state.metrics.gate_opened();
+            (StatusCode::CREATED, view)
+        }
         OpenOutcome::Existing(view) => (StatusCode::OK, view),
         OpenOutcome::Conflict(view) => return Err(ApiError::GateConflict(Box::new(view))),
         OpenOutcome::Capacity => return Err(ApiError::GateCapacity("the session holds its maximum of open gates")),
@@ -106,6 +110,7 @@ async fn wait_gate(
     QueryParams(WaitQuery { timeout }): QueryParams<WaitQuery>,
 ) -> Result<Response, ApiError> {
     let deadline = wait_deadline("timeout", timeout.unwrap_or(30))?;
+    let _parked = state.metrics.long_poll(Kind::Gate);
     // Register interest before reading, so a resolution committed in between still wakes us.
     let mut interest = state.bus.watch_gate(gate_id);
     loop {
@@ -192,6 +197,9 @@ pub(super) async fn answer_record(
         AnswerRejection::Values(fields) => ApiError::GateValuesInvalid(fields),
     })?;
     let outcome = state.store.answer_gate(target, checked, keyed, by).await?;
+    if matches!(outcome, AnswerOutcome::Accepted { .. }) {
+        state.metrics.gate_resolved("answered");
+    }
     accepted_or(gate_id, outcome)
 }
 
@@ -211,7 +219,10 @@ async fn close_gate(
     OptionalJsonBody(body): OptionalJsonBody<CloseIn>,
 ) -> Result<Response, ApiError> {
     match state.store.close_gate(session_id, gate_id, body.reason).await? {
-        CloseOutcome::Closed(view) => Ok(json(StatusCode::OK, &view)),
+        CloseOutcome::Closed(view) => {
+            state.metrics.gate_resolved(body.reason.as_str());
+            Ok(json(StatusCode::OK, &view))
+        }
         CloseOutcome::NotFound => Err(ApiError::GateNotFound),
         CloseOutcome::NotReady { resolution } => Err(ApiError::GateNotReady(resolution)),
     }

@@ -30,12 +30,22 @@ pub struct GuardState {
 pub async fn guard(State(guard): State<GuardState>, mut req: Request, next: Next) -> Response {
     match check(&guard, &mut req).await {
         Ok(caller) => {
+            let principal = caller.principal();
             req.extensions_mut().insert(caller);
-            next.run(req).await
+            let mut response = next.run(req).await;
+            // For the request log, which runs outside the route and so never sees the caller.
+            if let Some(name) = principal {
+                response.extensions_mut().insert(Principal(name));
+            }
+            response
         }
         Err(e) => e.into_response(),
     }
 }
+
+/// The name a request was made as (a token's, `answer-link`, `webhook`), on its response.
+#[derive(Debug, Clone)]
+pub struct Principal(pub String);
 
 async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError> {
     let GuardState { auth, access } = guard;

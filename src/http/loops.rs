@@ -14,6 +14,7 @@ use crate::auth::Access;
 use crate::auth::Caller;
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
 use crate::error::ApiError;
+use crate::metrics::Kind;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -68,12 +69,13 @@ async fn list_commands(
         // Never "live from now": a loop that reconnects without a cursor gets every unacked row.
         let cursor = sse::cursor(&headers, p.after)?.unwrap_or(0);
         let stream_state = state.clone();
-        return sse::open(&state, &caller, move |sink| {
+        return sse::open(&state, &caller, Kind::Inbox, move |sink| {
             stream_commands(stream_state, session_id, loop_id, cursor, sink)
         });
     }
     // Register interest before reading, so a command committed in between still wakes us. The
     // page read is taken for each read, not for the wait: a long-poll holds no page.
+    let _parked = (deadline > tokio::time::Instant::now()).then(|| state.metrics.long_poll(Kind::Inbox));
     let mut interest = state.bus.watch_inbox(session_id, loop_id);
     let page = state.limits.page(limit);
     let (commands, read) = loop {

@@ -1,4 +1,4 @@
-//! About the server: capabilities, liveness, readiness and the contract itself.
+//! About the server: capabilities, liveness, readiness, the metrics and the contract itself.
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -7,7 +7,11 @@ use serde_json::json;
 
 use super::{AppState, Route};
 use crate::auth::Access;
+use crate::domain::Timestamp;
 use crate::error::ApiError;
+use crate::metrics::Scrape;
+use crate::store::PageLimit;
+use crate::webhook::display_url;
 
 /// The contract, embedded so the binary serves it from any directory.
 const OPENAPI: &str = include_str!("../../openapi.yaml");
@@ -18,7 +22,48 @@ pub(super) fn routes() -> Vec<Route> {
         Route::get(Access::Open, "/healthz", healthz),
         Route::get(Access::Open, "/readyz", readyz),
         Route::get(Access::Open, "/openapi.yaml", openapi),
+        Route::get(Access::ADMIN, "/metrics", metrics),
     ]
+}
+
+/// The Prometheus text exposition (admins only; open on `--metrics-bind`).
+pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let body = state.metrics.render(scrape(&state).await?);
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response())
+}
+
+/// What a scrape reads now: the open gates, the writer's queue, the timer, and how far each
+/// webhook endpoint is behind the journal.
+async fn scrape(state: &AppState) -> Result<Scrape, ApiError> {
+    let stats = state.store.gate_stats().await?;
+    let now = Timestamp::now();
+    let age = |at: Timestamp| (now.as_nanos() - at.as_nanos()).max(0) as f64 / 1e9;
+    let head = *state.bus.head().borrow();
+    let mut webhooks = Vec::with_capacity(state.webhook_urls.len());
+    for url in &state.webhook_urls {
+        let Some(endpoint) = state.store.webhook_endpoint(url.clone()).await? else { continue };
+        let one = PageLimit { rows: 1, bytes: usize::MAX };
+        let (next, _) = state.store.journal_range(None, endpoint.cursor, head, one).await?;
+        let waiting = next.first().and_then(|(_, event)| created_at(event)).map_or(0.0, age);
+        webhooks.push((display_url(url), (head - endpoint.cursor).max(0), waiting));
+    }
+    Ok(Scrape {
+        gates_open: stats.open,
+        sessions_with_open_gates: stats.sessions,
+        oldest_open_gate_seconds: stats.oldest_opened_at.map_or(0.0, age),
+        writer_queue: state.store.queue_depth() as i64,
+        timer_armed: state.armed.get() as i64,
+        webhooks,
+    })
+}
+
+/// When a stored journal event was made (its `created_at`).
+fn created_at(event: &str) -> Option<Timestamp> {
+    #[derive(serde::Deserialize)]
+    struct Created {
+        created_at: String,
+    }
+    Timestamp::parse(&serde_json::from_str::<Created>(event).ok()?.created_at)
 }
 
 /// Deliberately `gatehouse`, not `looprig.serve`: gatehouse serves only the gate subset of that

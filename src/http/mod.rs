@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
@@ -44,6 +44,7 @@ use tower_http::trace::TraceLayer;
 use crate::auth::{Access, Auth, Caller};
 use crate::bus::Bus;
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::store::{PageLimit, Store};
 use crate::supervise::Supervisor;
 use connection::Authenticate;
@@ -112,6 +113,11 @@ pub struct Handles {
     pub auth: Arc<Auth>,
     /// Pages in flight per token (`--max-page-reads-per-token`).
     pub page_reads: Arc<PageReads>,
+    pub metrics: Arc<Metrics>,
+    /// How many deadlines the timer holds (for the metrics).
+    pub armed: Arc<crate::timer::Armed>,
+    /// The configured webhook endpoints (for the metrics).
+    pub webhook_urls: Vec<String>,
 }
 
 /// One documented route, with who may call it.
@@ -157,6 +163,7 @@ pub fn route_table() -> Vec<(Method, &'static str, Access)> {
 
 /// The whole application, ready to serve.
 pub fn router(state: AppState) -> Router {
+    let metrics = Arc::clone(&state.metrics);
     let cors = cors(state.auth.security.cors_origins());
     let credentials = !state.auth.security.is_open();
     let mut router = Router::new();
@@ -178,15 +185,22 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
         .layer(tower::util::option_layer(cors))
         // Outermost last: panics become JSON 500s inside the request's span.
-        .layer(CatchPanicLayer::custom(|_| ApiError::Internal("handler panicked".into()).into_response()))
+        .layer(CatchPanicLayer::custom(|_| ApiError::internal("handler panicked").into_response()))
+        .layer(axum::middleware::from_fn_with_state(metrics, observe))
         .layer(
             // Spans record the matched route, never the raw URI (later it may carry a token), and
             // the request id that the client also gets back, so a 500 can be found in the log.
-            TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str());
-                let id = req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
-                tracing::info_span!("request", method = %req.method(), route, request_id = id.unwrap_or("-"))
-            }),
+            // The span only: `observe` writes the one line per request (errors included).
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str());
+                    let id = req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
+                    tracing::info_span!("request", method = %req.method(), route, request_id = id.unwrap_or("-"))
+                })
+                .on_request(())
+                .on_response(())
+                .on_failure(())
+                .on_eos(()),
         )
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
@@ -202,6 +216,52 @@ pub fn router(state: AppState) -> Router {
         .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
 }
+
+/// The metrics alone, without a guard, for `--metrics-bind` (a listener of their own).
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new().route("/metrics", axum::routing::get(meta::metrics)).with_state(state)
+}
+
+/// The request log and the request metrics, for every request: one line each (request id,
+/// route template, status, latency, principal; at INFO, WARN for a 503 and ERROR for other 5xx,
+/// with their cause), and the counters and latency histogram by route template. This is the one
+/// place errors are logged: a response carries its `Failure`, the guard its `Principal`.
+async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::middleware::Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let request_id =
+        req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).map(str::to_owned);
+    let response = next.run(req).await;
+    let took = started.elapsed();
+    let status = response.status().as_u16();
+    metrics.request(method.as_str(), &route, status, took);
+    let failure = response.extensions().get::<crate::error::Failure>();
+    let principal = response.extensions().get::<guard::Principal>().map(|p| p.0.as_str());
+    let code = failure.map(|f| f.code);
+    if method == Method::POST
+        && ANSWER_ROUTES.contains(&route.as_str())
+        && let Some(code) = code
+    {
+        metrics.answer_refused(code);
+    }
+    let cause = failure.and_then(|f| f.cause.as_deref());
+    let (request_id, latency_ms) = (request_id.as_deref().unwrap_or("-"), took.as_secs_f64() * 1000.0);
+    macro_rules! log {
+        ($level:ident) => {
+            tracing::$level!(request_id, method = %method, route, status, latency_ms, principal, code, cause, "request")
+        };
+    }
+    match status {
+        503 => log!(warn),
+        500.. => log!(error),
+        _ => log!(info),
+    }
+    response
+}
+
+/// The routes that answer a gate, whose refusals the metrics count by code.
+const ANSWER_ROUTES: [&str; 2] = ["/v1/sessions/{session_id}/gates/{gate_id}", "/v1/answers/{token}"];
 
 /// Marks the request's connection authenticated when the guard let it through with a token or
 /// its login cookie.

@@ -73,7 +73,7 @@ impl Drop for PageRead {
 pub fn page<T: Serialize>(body: &T, read: PageRead) -> Response {
     let bytes = match serde_json::to_vec(body) {
         Ok(bytes) => Bytes::from(bytes),
-        Err(e) => return ApiError::Internal(format!("a page did not serialise: {e}")).into_response(),
+        Err(e) => return ApiError::internal(format!("a page did not serialise: {e}")).into_response(),
     };
     let length = bytes.len();
     let pieces = futures_util::stream::unfold((bytes, Some(read)), |(mut rest, read)| async move {

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::{Connection, ConnectionIo, ConnectionService, ReadTimeouts};
 use crate::auth::{ClientKey, TrustedProxies};
+use crate::metrics::Metrics;
 
 /// The kernel send buffer asked for on every accepted connection. Linux autotunes it up to 4 MiB,
 /// which would let one stalled client pin that much memory and would delay `--stream-stall` by as
@@ -75,6 +76,8 @@ pub struct ConnectionLimits {
     pub open_mode: bool,
     /// `--trusted-proxy`: their connections are not counted per address.
     pub trusted_proxies: TrustedProxies,
+    /// Counts the connections closed for stalling.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why `serve` will not start with this open-file limit.
@@ -161,7 +164,7 @@ pub async fn serve(
         };
         tune(&tcp);
         let connection = Arc::new(Connection::new(slot, limits.read_timeouts));
-        let io = ConnectionIo::new(tcp, Arc::clone(&connection), limits.stream_stall);
+        let io = ConnectionIo::new(tcp, Arc::clone(&connection), limits.stream_stall, Arc::clone(&limits.metrics));
         let service = ConnectionService::new(app.clone(), Arc::clone(&connection), peer, limits.open_mode);
         let served = graceful.watch(http.serve_connection(TokioIo::new(io), service));
         let close_now = close_now.clone();

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::metrics::Kind;
 
 /// The reconnect delay browsers should use, sent first on every stream.
 const RETRY: &[u8] = b"retry: 3000\n\n";
@@ -160,7 +161,7 @@ impl Chunk {
 /// Opens a stream: takes one of the caller's token's stream slots (else `429 rate_limited`) and
 /// one of the server's `--max-streams` (else `503 gate_capacity`), then runs `produce` with the
 /// stream's sink until it returns, the client goes, or the server shuts down.
-pub fn open<F, Fut>(state: &AppState, caller: &Caller, produce: F) -> Result<Response, ApiError>
+pub fn open<F, Fut>(state: &AppState, caller: &Caller, kind: Kind, produce: F) -> Result<Response, ApiError>
 where
     F: FnOnce(Sink) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -174,6 +175,7 @@ where
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::GateCapacity("the server holds its maximum number of open streams"))?;
+    let counted = state.metrics.stream_open(kind);
     let (tx, rx) = mpsc::channel(BUFFER);
     tx.try_send(Bytes::from_static(RETRY)).expect("a new channel has room");
     // Ending either task (shutdown, disconnect, or the producer finishing) ends both, which drops
@@ -197,7 +199,7 @@ where
 
     let work = produce(Sink { tx, done: done.clone() });
     tokio::spawn(async move {
-        let _slots = (permit, token_slot);
+        let _slots = (permit, token_slot, counted);
         tokio::select! {
             () = work => {}
             () = done.cancelled() => {}

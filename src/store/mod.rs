@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use model::{
-    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListCursor,
-    ListOrder, ListQuery, Listing, OpenOutcome, Pending, replay,
+    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, GateStats, Idempotency, Lease,
+    ListCursor, ListOrder, ListQuery, Listing, OpenOutcome, Pending, replay,
 };
 pub use postgres::{PgBeforeCommit, PgSettings};
 pub use sqlite::{BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings};
@@ -31,6 +31,7 @@ use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, ServerKey, SessionId,
     Timestamp,
 };
+use crate::metrics::WriterMetrics;
 
 /// Which database, and how to open it.
 #[derive(Clone, Debug)]
@@ -157,6 +158,8 @@ pub struct Opened {
     pub store: Store,
     pub bus: Arc<Bus>,
     pub background: Vec<Background>,
+    /// What the store's writer records (batches, commit times, storage errors).
+    pub writer_metrics: Arc<WriterMetrics>,
 }
 
 impl Opened {
@@ -257,6 +260,10 @@ trait Backend {
         after: Option<(String, i64)>,
         limit: usize,
     ) -> Result<Vec<Delivery>, StoreError>;
+    async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError>;
+    async fn gate_stats(&self) -> Result<GateStats, StoreError>;
+    /// Write jobs waiting for the writer.
+    fn queue_depth(&self) -> usize;
     fn is_healthy(&self) -> bool;
     async fn shutdown(&self);
 }
@@ -290,6 +297,10 @@ impl Store {
     /// the bus its commits ring and the tasks it needs running. `frame` turns a committed journal
     /// event into the bytes streams send (the bus keeps them, shared).
     pub async fn open(settings: StoreSettings, frame: FrameFn) -> Result<Opened, OpenError> {
+        let writer_metrics = match &settings {
+            StoreSettings::Sqlite(settings) => Arc::clone(&settings.writer_metrics),
+            StoreSettings::Postgres(settings) => Arc::clone(&settings.writer_metrics),
+        };
         let (backend, bus, key, background) = match settings {
             StoreSettings::Sqlite(settings) => {
                 let (store, bus, key) = sqlite::SqliteStore::open(settings, frame)?;
@@ -300,12 +311,30 @@ impl Store {
                 (Backends::Postgres(store), bus, key, background)
             }
         };
-        Ok(Opened { store: Self { backend, key: Arc::new(key) }, bus, background })
+        Ok(Opened { store: Self { backend, key: Arc::new(key) }, bus, background, writer_metrics })
     }
 
     /// The key answer-link tokens and login cookies are derived from.
     pub fn server_key(&self) -> &Arc<ServerKey> {
         &self.key
+    }
+
+    /// One webhook endpoint's state (its cursor), if it is registered.
+    pub async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
+        dispatch!(self.webhook_endpoint(url))
+    }
+
+    /// How many gates are open, in how many sessions, and since when the oldest.
+    pub async fn gate_stats(&self) -> Result<GateStats, StoreError> {
+        dispatch!(self.gate_stats())
+    }
+
+    /// Write jobs waiting for the writer.
+    pub fn queue_depth(&self) -> usize {
+        match &self.backend {
+            Backends::Sqlite(backend) => backend.queue_depth(),
+            Backends::Postgres(backend) => backend.queue_depth(),
+        }
     }
 
     /// Whether storage works (for `/readyz`).

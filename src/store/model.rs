@@ -127,6 +127,18 @@ pub enum Expiry {
     Failed(String),
 }
 
+impl Expiry {
+    /// The outcome's name, as the metrics count it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Answered(_) => "answered",
+            Self::Moot => "moot",
+            Self::Busy => "busy",
+            Self::Failed(_) => "failed",
+        }
+    }
+}
+
 /// The result of a close.
 #[derive(Debug)]
 pub enum CloseOutcome {
@@ -187,6 +199,16 @@ pub struct Endpoint {
     /// Every journal event up to this seq was delivered or dead-lettered.
     pub cursor: i64,
     pub disabled: bool,
+}
+
+/// The open gates, for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GateStats {
+    pub open: i64,
+    /// Sessions holding at least one open gate.
+    pub sessions: i64,
+    /// When the oldest open gate opened.
+    pub oldest_opened_at: Option<Timestamp>,
 }
 
 /// The pending attempt at one event of an endpoint, if any.

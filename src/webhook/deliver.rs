@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
+use super::display_url;
 use super::sign::{self, Secret};
 use crate::backoff::{Backoff, random_up_to};
 use crate::bus::Bus;
@@ -50,6 +51,7 @@ pub struct Delivery {
     /// Base of answer links (`{public_url}/v1/answers/{token}`).
     pub public_url: String,
     pub key: std::sync::Arc<ServerKey>,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub shutdown: CancellationToken,
 }
 
@@ -74,6 +76,17 @@ enum Outcome {
     Failed(String),
 }
 
+impl Outcome {
+    /// As the metrics count it.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Gone => "gone",
+            Self::Failed(_) => "failed",
+        }
+    }
+}
+
 impl Delivery {
     /// Follows one endpoint until shutdown, while it holds its lease (and idles once the endpoint
     /// is disabled), signing with the endpoint's `secret`.
@@ -95,7 +108,7 @@ impl Delivery {
                 }
                 Err(e) => {
                     let delay = trouble.next_delay();
-                    tracing::warn!(%url, error = %e, ?delay, "webhook delivery could not read or record its state; retrying");
+                    tracing::warn!(url = %display_url(&url), error = %e, ?delay, "webhook delivery could not read or record its state; retrying");
                     self.pause(delay).await;
                 }
             }
@@ -103,7 +116,7 @@ impl Delivery {
         if let Some((lease, _)) = held
             && let Err(e) = self.store.webhook_release(url.clone(), lease).await
         {
-            tracing::debug!(%url, error = %e, "could not give the webhook lease up; it runs out by itself");
+            tracing::debug!(url = %display_url(&url), error = %e, "could not give the webhook lease up; it runs out by itself");
         }
     }
 
@@ -119,13 +132,13 @@ impl Delivery {
         match &taken {
             Some((lease, _)) => {
                 if !fresh && held.as_ref().is_none_or(|(old, _)| old != lease) {
-                    tracing::info!(%url, epoch = lease.epoch, "this replica delivers to the webhook endpoint");
+                    tracing::info!(url = %display_url(url), epoch = lease.epoch, "this replica delivers to the webhook endpoint");
                 }
                 *held = Some((lease.clone(), tokio::time::Instant::now()));
             }
             None => {
                 if held.take().is_some() {
-                    tracing::info!(%url, "another replica took the webhook endpoint over");
+                    tracing::info!(url = %display_url(url), "another replica took the webhook endpoint over");
                 }
             }
         }
@@ -146,7 +159,7 @@ impl Delivery {
             return Ok(true);
         };
         if endpoint.disabled {
-            tracing::warn!(%url, "webhook endpoint disabled (it answered 410); --webhook-reenable to resume");
+            tracing::warn!(url = %display_url(url), "webhook endpoint disabled (it answered 410); --webhook-reenable to resume");
             return Ok(false);
         }
         head.borrow_and_update();
@@ -177,12 +190,13 @@ impl Delivery {
         // receiver, and the next start would send it again. The server waits for it (up to its
         // shutdown grace, then drops this task: the next start sends it again after all).
         let outcome = self.post(url, secret, seq, &event).await;
+        self.metrics.webhook_attempt(outcome.name());
         let recorded = match outcome {
             Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq, lease).await?,
             Outcome::Gone => {
                 let why = format!("410 Gone at journal seq {seq}");
                 if self.store.webhook_disable(url.to_owned(), why, lease).await? {
-                    tracing::warn!(%url, "webhook endpoint answered 410 Gone; disabled");
+                    tracing::warn!(url = %display_url(url), "webhook endpoint answered 410 Gone; disabled");
                     return Ok(false);
                 }
                 false
@@ -192,11 +206,12 @@ impl Delivery {
                 match self.schedule.get(attempts as usize - 1) {
                     Some(wait) => {
                         let next_at = Timestamp::now().plus_nanos(jitter(*wait).as_nanos() as i64);
-                        tracing::info!(%url, journal_seq = seq, attempts, %error, "webhook delivery failed; will retry");
+                        tracing::info!(url = %display_url(url), journal_seq = seq, attempts, %error, "webhook delivery failed; will retry");
                         self.store.webhook_retry_at(url.to_owned(), seq, attempts, next_at, error, lease).await?
                     }
                     None => {
-                        tracing::warn!(%url, journal_seq = seq, attempts, %error, "webhook delivery failed for good");
+                        tracing::warn!(url = %display_url(url), journal_seq = seq, attempts, %error, "webhook delivery failed for good");
+                        self.metrics.webhook_dead_letter();
                         self.store.webhook_dead_letter(url.to_owned(), seq, attempts, error, lease).await?
                     }
                 }
@@ -206,7 +221,7 @@ impl Delivery {
             // The lease passed to another replica while this one worked: it delivers from its
             // own view of the cursor now (re-sending this event at most), and this one records
             // nothing more.
-            tracing::warn!(%url, journal_seq = seq, "lost the webhook lease mid-delivery; another replica goes on");
+            tracing::warn!(url = %display_url(url), journal_seq = seq, "lost the webhook lease mid-delivery; another replica goes on");
             *held = None;
         }
         Ok(true)

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bus::Bus;
 use crate::config::ServeArgs;
+use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use crate::supervise::Supervisor;
 use deliver::Delivery;
@@ -25,6 +26,18 @@ pub enum WebhookError {
     Config(String),
     #[error("cannot read the webhook endpoints: {0}")]
     Store(#[from] StoreError),
+}
+
+/// A webhook URL as logs and metrics show it: scheme, host, port and path, never the query
+/// string or user info (they may hold the receiver's key).
+pub fn display_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => {
+            let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{}{port}{}", parsed.scheme(), parsed.host_str().unwrap_or(""), parsed.path())
+        }
+        Err(_) => "(not a URL)".into(),
+    }
 }
 
 /// Reads the inbound secret (`--inbound-secret-file`), which verifies signed answers, if any.
@@ -81,6 +94,7 @@ pub async fn start(
     address: SocketAddr,
     store: &Store,
     bus: &Arc<Bus>,
+    metrics: &Arc<Metrics>,
     supervisor: &Supervisor,
     shutdown: CancellationToken,
 ) -> Result<(), WebhookError> {
@@ -138,11 +152,12 @@ pub async fn start(
         },
         public_url,
         key: Arc::clone(store.server_key()),
+        metrics: Arc::clone(metrics),
         shutdown,
     };
     for endpoint in endpoints {
         if endpoint.disabled {
-            tracing::warn!(url = %endpoint.url, "webhook endpoint is disabled (it answered 410); --webhook-reenable to resume");
+            tracing::warn!(url = %display_url(&endpoint.url), "webhook endpoint is disabled (it answered 410); --webhook-reenable to resume");
         } else {
             let secret = secrets.remove(&endpoint.url).expect("every registered endpoint has its secret");
             supervisor.spawn("webhook delivery", delivery.clone().run(endpoint.url, secret));

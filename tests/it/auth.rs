@@ -130,6 +130,7 @@ fn the_route_table_is_the_one_of_spec_section_10() {
         ("GET", "/v1/journal", RESPONDER),
         ("POST", "/v1/sessions/{session_id}/gates/{gate_id}", "responder,admin,webhook"),
         ("GET", "/v1/webhooks/deliveries", "admin"),
+        ("GET", "/metrics", "admin"),
         ("GET", "/healthz", "open"),
         ("GET", "/readyz", "open"),
         ("GET", "/", "open"),

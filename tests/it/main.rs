@@ -17,6 +17,7 @@ mod helpers;
 mod hostile;
 mod inbox;
 mod kill;
+mod metrics;
 mod ordering;
 mod pages;
 mod readme;

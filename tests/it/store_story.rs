@@ -55,6 +55,7 @@ pub fn backends(dir: &Path, name: &str) -> Vec<(&'static str, StoreSettings)> {
             durability: Default::default(),
             key_file: None,
             before_commit: None,
+            writer_metrics: Default::default(),
             #[cfg(feature = "fault-injection")]
             fault_file: None,
         }),

@@ -17,7 +17,7 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 use crate::store::model::{
-    AnswerOutcome, Answering, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing,
+    AnswerOutcome, Answering, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListOrder, ListQuery, Listing,
     OpenOutcome, parse_gate, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
@@ -400,6 +400,24 @@ pub async fn deadlines(conn: &Conn) -> Result<Vec<(GateId, Timestamp)>, StoreErr
         .iter()
         .map(|r| Ok((uuid_column(r, 0, GateId::from_uuid)?, Timestamp::from_nanos(r.get(1)))))
         .collect()
+}
+
+/// The open gates: how many, in how many sessions, and since when the oldest.
+pub async fn stats(conn: &Conn) -> Result<GateStats, StoreError> {
+    let stmt = conn
+        .prepare_cached(
+            "SELECT count(*), count(DISTINCT session_id),
+                    (SELECT opened_at FROM gates WHERE state = 'open' ORDER BY opened_seq LIMIT 1)
+             FROM gates WHERE state = 'open'",
+        )
+        .await
+        .map_err(classify)?;
+    let row = conn.query_one(&stmt, &[]).await.map_err(classify)?;
+    Ok(GateStats {
+        open: row.get(0),
+        sessions: row.get(1),
+        oldest_opened_at: row.get::<_, Option<i64>>(2).map(Timestamp::from_nanos),
+    })
 }
 
 /// A page of gates and the journal head, read in one snapshot.

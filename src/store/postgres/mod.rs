@@ -39,8 +39,8 @@ pub use schema::SCHEMA_VERSION;
 pub use writer::PgBeforeCommit;
 
 use super::model::{
-    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery,
-    Listing, OpenOutcome, Pending,
+    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, GateStats, Idempotency, Lease,
+    ListQuery, Listing, OpenOutcome, Pending,
 };
 use super::{Backend, Background, DatabaseUrl, Health, NewGate, OpenError, PageLimit, StoreError, key_file};
 use crate::bus::{Bus, FrameFn};
@@ -48,6 +48,7 @@ use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, IdError, InboxEntry, JournalPage, LoopId, ServerKey,
     SessionId, Timestamp,
 };
+use crate::metrics::WriterMetrics;
 use writer::{Writer, WriterHandle};
 
 /// The advisory locks' class ("gate"), and the locks in it.
@@ -74,11 +75,13 @@ pub struct PgSettings {
     pub before_commit: Option<PgBeforeCommit>,
     /// Test-only: `false` turns the ordering lock off (the ordering test's negative control).
     pub order_lock: bool,
+    /// Where the writer records its batches and failures.
+    pub writer_metrics: Arc<WriterMetrics>,
 }
 
 impl PgSettings {
     pub fn new(url: DatabaseUrl, key_file: Option<PathBuf>) -> Self {
-        Self { url, key_file, before_commit: None, order_lock: true }
+        Self { url, key_file, before_commit: None, order_lock: true, writer_metrics: Arc::default() }
     }
 }
 
@@ -172,6 +175,7 @@ impl PgStore {
             Arc::clone(&wake),
             settings.before_commit,
             settings.order_lock,
+            settings.writer_metrics,
         );
         let follower = follower::Follower {
             pool: pool.clone(),
@@ -361,6 +365,18 @@ impl Backend for PgStore {
         limit: usize,
     ) -> Result<Vec<Delivery>, StoreError> {
         webhooks::list(&*self.conn().await?, status, after, limit).await
+    }
+
+    async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
+        webhooks::endpoint(&*self.conn().await?, &url).await
+    }
+
+    async fn gate_stats(&self) -> Result<GateStats, StoreError> {
+        gates::stats(&*self.conn().await?).await
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.writer.queue_depth()
     }
 
     /// The writer's last transaction worked and the follower's last read did.

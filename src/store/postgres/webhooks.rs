@@ -42,6 +42,16 @@ pub async fn register(conn: &Conn, urls: &[String], reenable: &[String]) -> Resu
     Ok(endpoints)
 }
 
+/// One endpoint's state, if it is registered.
+pub async fn endpoint(conn: &Conn, url: &str) -> Result<Option<Endpoint>, StoreError> {
+    let stmt = conn
+        .prepare_cached("SELECT cursor, disabled_at IS NOT NULL FROM webhook_endpoints WHERE url = $1")
+        .await
+        .map_err(classify)?;
+    let row = conn.query_opt(&stmt, &[&url]).await.map_err(classify)?;
+    Ok(row.map(|row| Endpoint { url: url.to_owned(), cursor: row.get(0), disabled: row.get(1) }))
+}
+
 /// Takes the endpoint's lease for `ttl` (or renews it, if `owner` holds it already): granted when
 /// nobody holds it, or its holder's time ran out. A change of hands bumps the epoch.
 pub async fn lease(

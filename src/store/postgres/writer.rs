@@ -33,6 +33,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::{CHANNEL, LOCK_CLASS, LOCK_ORDER, classify};
+use crate::metrics::WriterMetrics;
 use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
@@ -159,6 +160,11 @@ impl WriterHandle {
         reply.await.map_err(|_| StoreError::Internal("a write job ended without a reply".into()))?
     }
 
+    /// Jobs waiting for the writer.
+    pub fn queue_depth(&self) -> usize {
+        self.jobs.max_capacity() - self.jobs.capacity()
+    }
+
     /// Drains the queue and stops the writer.
     pub async fn shutdown(&self) {
         let (ack, done) = oneshot::channel();
@@ -178,6 +184,7 @@ pub(super) struct Writer {
     before_commit: Option<PgBeforeCommit>,
     /// Off only in the ordering test's negative control.
     order_lock: bool,
+    metrics: Arc<WriterMetrics>,
 }
 
 impl Writer {
@@ -187,9 +194,10 @@ impl Writer {
         committed: Arc<Notify>,
         before_commit: Option<PgBeforeCommit>,
         order_lock: bool,
+        metrics: Arc<WriterMetrics>,
     ) -> (Self, WriterHandle) {
         let (jobs, rx) = mpsc::channel(QUEUE_DEPTH);
-        let writer = Self { pool, conn: None, rx, health, committed, before_commit, order_lock };
+        let writer = Self { pool, conn: None, rx, health, committed, before_commit, order_lock, metrics };
         (writer, WriterHandle { jobs })
     }
 
@@ -266,9 +274,11 @@ impl Writer {
     /// again.
     async fn commit_batch(&mut self, mut jobs: Vec<Job>) {
         while !jobs.is_empty() {
+            let started = std::time::Instant::now();
             match self.attempt(&mut jobs).await {
                 Attempt::Committed => {
                     self.health.set(true);
+                    self.metrics.committed(jobs.len(), started.elapsed());
                     for job in jobs.drain(..) {
                         job.work.reply(Ok(()));
                     }
@@ -281,6 +291,7 @@ impl Writer {
                 }
                 Attempt::StorageFailed(cause) => {
                     tracing::error!(%cause, jobs = jobs.len(), "write transaction failed");
+                    self.metrics.storage_error();
                     // The connection may be broken: the next batch takes a fresh one.
                     self.conn = None;
                     self.health.set(false);

@@ -13,6 +13,7 @@ use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
+use crate::store::model::GateStats;
 use crate::store::model::{
     AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing, OpenOutcome,
     parse_gate, unclaimed,
@@ -131,6 +132,20 @@ pub fn open(
         effects.push(Effect::Deadline(gate.id, at));
     }
     Ok(OpenOutcome::Created(view(conn, gate.id)?))
+}
+
+/// The open gates: how many, in how many sessions, and since when the oldest (by the indexes on
+/// open gates, not a scan of every gate).
+pub fn stats(conn: &Connection) -> rusqlite::Result<GateStats> {
+    let (open, sessions) = conn
+        .prepare_cached("SELECT count(*), count(DISTINCT session_id) FROM gates WHERE state = 'open'")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let oldest = conn
+        .prepare_cached("SELECT opened_at FROM gates WHERE state = 'open' ORDER BY opened_seq LIMIT 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .map(Timestamp::from_nanos);
+    Ok(GateStats { open, sessions, oldest_opened_at: oldest })
 }
 
 fn view(conn: &Connection, gate: GateId) -> Result<GateView, StoreError> {

@@ -26,8 +26,8 @@ pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, PendingCommit};
 
 use super::model::{
-    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, Idempotency, Lease, ListQuery,
-    Listing, OpenOutcome, Pending,
+    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, GateStats, Idempotency, Lease,
+    ListQuery, Listing, OpenOutcome, Pending,
 };
 use super::{Backend, Health, NewGate, OpenError, PageLimit, StoreError};
 
@@ -36,6 +36,7 @@ use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, ServerKey, SessionId,
     Timestamp,
 };
+use crate::metrics::WriterMetrics;
 use writer::{Job, Msg, Writer};
 
 /// How many write jobs may queue before senders wait.
@@ -64,6 +65,8 @@ pub struct SqliteSettings {
     pub key_file: Option<PathBuf>,
     /// Test-only: called on the writer thread just before every COMMIT.
     pub before_commit: Option<BeforeCommit>,
+    /// Where the writer records its batches and failures.
+    pub writer_metrics: Arc<WriterMetrics>,
     /// Test-only: a file naming a storage fault to inject (spec §7, `--fault-file`).
     #[cfg(feature = "fault-injection")]
     pub fault_file: Option<PathBuf>,
@@ -156,6 +159,7 @@ impl SqliteStore {
             bus: Arc::clone(&bus),
             health: Arc::clone(&health),
             before_commit: config.before_commit,
+            metrics: config.writer_metrics,
             #[cfg(feature = "fault-injection")]
             fault_file: config.fault_file,
             runtime: tokio::runtime::Handle::current(),
@@ -353,6 +357,18 @@ impl Backend for SqliteStore {
 
     async fn webhook_release(&self, _url: String, _lease: Lease) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
+        self.read(move |conn| webhooks::endpoint(conn, &url)).await
+    }
+
+    async fn gate_stats(&self) -> Result<GateStats, StoreError> {
+        self.read(gates::stats).await
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.jobs.max_capacity() - self.inner.jobs.capacity()
     }
 
     async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {

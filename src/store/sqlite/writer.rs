@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::bus::{Bus, Effect};
 use crate::domain::Timestamp;
+use crate::metrics::WriterMetrics;
 use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
@@ -127,6 +128,7 @@ pub(super) struct Writer {
     pub bus: Arc<Bus>,
     pub health: Arc<Health>,
     pub before_commit: Option<BeforeCommit>,
+    pub metrics: Arc<WriterMetrics>,
     #[cfg(feature = "fault-injection")]
     pub fault_file: Option<PathBuf>,
     pub runtime: tokio::runtime::Handle,
@@ -179,6 +181,7 @@ impl Writer {
     fn commit_batch(&mut self, batch: Vec<Job>) {
         #[cfg(feature = "fault-injection")]
         self.apply_faults();
+        let started = std::time::Instant::now();
         if !self.conn.is_autocommit() {
             // A ROLLBACK failed earlier; without this every BEGIN would fail from now on.
             if let Err(e) = self.conn.execute_batch("ROLLBACK") {
@@ -243,6 +246,7 @@ impl Writer {
         match self.control("COMMIT") {
             Ok(()) => {
                 self.health.set(true);
+                self.metrics.committed(done.len(), started.elapsed());
                 let effects: Vec<Effect> = done.iter_mut().flat_map(|r| r.effects.drain(..)).collect();
                 self.bus.publish(effects);
                 for ran in done {
@@ -268,6 +272,7 @@ impl Writer {
             tracing::error!(error = %e, "ROLLBACK failed; the next batch retries it");
         }
         tracing::error!(%cause, jobs = ran.len() + not_run.len(), "write transaction failed");
+        self.metrics.storage_error();
         self.health.set(false);
         let err = StoreError::Unavailable(cause);
         for r in ran {
@@ -386,6 +391,7 @@ mod tests {
             bus: Arc::clone(bus),
             health: Arc::default(),
             before_commit: None,
+            metrics: Arc::default(),
             #[cfg(feature = "fault-injection")]
             fault_file: None,
             runtime: runtime.handle().clone(),
