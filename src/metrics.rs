@@ -20,15 +20,15 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub method: String,
-    pub route: String,
+    pub method: &'static str,
+    pub route: &'static str,
     pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    pub method: String,
-    pub route: String,
+    pub method: &'static str,
+    pub route: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -313,11 +313,8 @@ impl Metrics {
     }
 
     /// One HTTP request answered.
-    pub fn request(&self, method: &str, route: &str, status: u16, took: Duration) {
-        let (method, route) = (method.to_owned(), route.to_owned());
-        self.request_seconds
-            .get_or_create(&RouteLabels { method: method.clone(), route: route.clone() })
-            .observe(took.as_secs_f64());
+    pub fn request(&self, method: &'static str, route: &'static str, status: u16, took: Duration) {
+        self.request_seconds.get_or_create(&RouteLabels { method, route }).observe(took.as_secs_f64());
         self.requests.get_or_create(&RequestLabels { method, route, status }).inc();
     }
 

@@ -175,7 +175,15 @@ pub fn router(state: AppState) -> Router {
             // authenticates its connection (see `connection`).
             handler = handler.layer(axum::middleware::map_request(authenticates_connection));
         }
-        let handler = handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard));
+        let template = RouteTemplate(route.path);
+        let handler = handler
+            .layer(axum::middleware::from_fn_with_state(guarded, guard::guard))
+            // Outside the guard, so its refusals carry it too: on the response, for `observe`,
+            // which wraps the route and so never sees its request's extensions.
+            .layer(axum::middleware::map_response(move |mut response: Response| async move {
+                response.extensions_mut().insert(template);
+                response
+            }));
         // Routes sharing a path merge their methods.
         router = router.route(route.path, handler);
     }
@@ -228,19 +236,25 @@ pub fn metrics_router(state: AppState) -> Router {
 /// place errors are logged: a response carries its `Failure`, the guard its `Principal`.
 async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::middleware::Next) -> Response {
     let started = Instant::now();
-    let method = req.method().clone();
-    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let method = match *req.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
     let request_id =
         req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).map(str::to_owned);
     let response = next.run(req).await;
     let took = started.elapsed();
     let status = response.status().as_u16();
-    metrics.request(method.as_str(), &route, status, took);
+    let route = response.extensions().get::<RouteTemplate>().map_or("unmatched", |t| t.0);
+    metrics.request(method, route, status, took);
     let failure = response.extensions().get::<crate::error::Failure>();
     let principal = response.extensions().get::<guard::Principal>().map(|p| p.0.as_str());
     let code = failure.map(|f| f.code);
-    if method == Method::POST
-        && ANSWER_ROUTES.contains(&route.as_str())
+    if method == "POST"
+        && ANSWER_ROUTES.contains(&route)
         && let Some(code) = code
     {
         metrics.answer_refused(code);
@@ -249,7 +263,7 @@ async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::
     let (request_id, latency_ms) = (request_id.as_deref().unwrap_or("-"), took.as_secs_f64() * 1000.0);
     macro_rules! log {
         ($level:ident) => {
-            tracing::$level!(request_id, method = %method, route, status, latency_ms, principal, code, cause, "request")
+            tracing::$level!(request_id, method, route, status, latency_ms, principal, code, cause, "request")
         };
     }
     match status {
@@ -259,6 +273,10 @@ async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::
     }
     response
 }
+
+/// The path template of the route that answered, on its response.
+#[derive(Debug, Clone, Copy)]
+struct RouteTemplate(&'static str);
 
 /// The routes that answer a gate, whose refusals the metrics count by code.
 const ANSWER_ROUTES: [&str; 2] = ["/v1/sessions/{session_id}/gates/{gate_id}", "/v1/answers/{token}"];
