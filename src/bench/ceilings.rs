@@ -41,6 +41,16 @@ pub async fn sqlite_claims_per_second(dir: &Path, durability: Durability, answer
     .await?
 }
 
+/// Claims per second at the file system's physical limit: a minimal claim and one 100-byte
+/// event, one transaction each, on a database of their own in `dir` (no gatehouse code).
+pub async fn minimal_claims_per_second(dir: &Path, durability: Durability, claims: usize) -> Result<f64, BenchError> {
+    let db = dir.join(format!("minimal-{}.db", uuid::Uuid::new_v4().simple()));
+    let rate = tokio::task::spawn_blocking(move || crate::store::minimal_claims_per_second(&db, durability, claims))
+        .await?
+        .map_err(|e| BenchError(format!("the minimal claim ceiling: {e}")))?;
+    Ok(rate)
+}
+
 /// Frames a bare stream keeps for its slowest reader: more than any burst the bench publishes,
 /// so no reader lags.
 const BROADCAST_CAPACITY: usize = 4096;

@@ -172,7 +172,14 @@ impl Plan {
 
 /// Every figure, in the order the report shows them, with its unit.
 const FIGURES: &[(&str, &str)] = &[
-    ("ceilings.sqlite_claim_event_txn_per_s", "answers/s, each its own BEGIN IMMEDIATE … COMMIT, no HTTP"),
+    (
+        "ceilings.sqlite_min_claim_event_txn_per_s",
+        "claims/s at the disk's limit: a minimal claim + one 100-byte event, one transaction each",
+    ),
+    (
+        "ceilings.sqlite_gate_claim_txn_per_s",
+        "answers/s, gatehouse's own claim, each its own BEGIN IMMEDIATE … COMMIT, no HTTP",
+    ),
     ("ceilings.http_hello_req_per_s", "requests/s, axum hello"),
     ("ceilings.sse_raw_fanout_deliveries_per_s", "frames/s into bare tokio-broadcast streams"),
     ("ceilings.sse_raw_idle_bytes_per_conn", "bytes of server RSS per idle bare stream"),
@@ -279,8 +286,10 @@ async fn measure(plan: &Plan, sync: SyncMode, postgres: Option<&str>) -> Result<
 
     eprintln!("writes: one transaction per answer, then answers over HTTP with group commit");
     for _ in 0..plan.runs {
+        let minimal = ceilings::minimal_claims_per_second(dir.path(), sync.into(), plan.sqlite_answers).await?;
+        samples.add("ceilings.sqlite_min_claim_event_txn_per_s", minimal);
         let claims = ceilings::sqlite_claims_per_second(dir.path(), sync.into(), plan.sqlite_answers).await?;
-        samples.add("ceilings.sqlite_claim_event_txn_per_s", claims);
+        samples.add("ceilings.sqlite_gate_claim_txn_per_s", claims);
         let gates = gate::open_gates(gatehouse.addr, plan.answers, plan.concurrency).await?;
         let answers = gate::answers_per_second(gatehouse.addr, &gates, plan.concurrency).await?;
         samples.add("gate.answers_per_s_c64", answers);

@@ -24,7 +24,9 @@ pub use model::{
     ListCursor, ListOrder, ListQuery, Listing, OpenOutcome, Pending, replay,
 };
 pub use postgres::{PgBeforeCommit, PgSettings};
-pub use sqlite::{BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings};
+pub use sqlite::{
+    BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings, minimal_claims_per_second,
+};
 
 use crate::bus::{Bus, FrameFn};
 use crate::domain::{

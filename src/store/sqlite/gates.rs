@@ -13,11 +13,11 @@ use crate::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
-use crate::store::model::GateStats;
 use crate::store::model::{
     AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing, OpenOutcome,
     parse_gate, unclaimed,
 };
+use crate::store::model::{Answering, GateStats};
 use crate::store::{NewGate, StoreError};
 
 /// The columns `record` reads. A macro, so the single-row lookups are constant strings (`concat!`)
@@ -165,21 +165,34 @@ fn not_open(
 
 /// The exactly-once path: claim the gate if it is still open, append `GateResolved`, enqueue
 /// `ProvideUserInput` for the owning loop, and store the winner's idempotency key, all in the
-/// caller's transaction.
+/// caller's transaction. The event and the command are made from the gate as the caller read it
+/// (its envelope and loop are fixed at the open): the claim reads back nothing.
 pub fn answer(
     conn: &Connection,
-    session: SessionId,
-    gate_id: GateId,
+    target: &Answering,
     answer: &Answer,
     key: Option<&Idempotency>,
     by: &AnsweredBy,
     effects: &mut Vec<Effect>,
 ) -> Result<AnswerOutcome, StoreError> {
-    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(answer), key)? else {
+    let (session, gate_id) = (target.session, target.gate_id);
+    let claimed = conn
+        .prepare_cached(
+            "UPDATE gates SET state = 'resolved', answer = ?3, idempotency_key = ?4, fingerprint = ?5
+             WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'",
+        )?
+        .execute(params![
+            gate_id.to_string(),
+            session.to_string(),
+            &answer.text,
+            key.map(|k| &k.key),
+            key.map(|k| &k.fingerprint)
+        ])?;
+    if claimed == 0 {
         // Lost the race (or never had a chance): the same key check as before the claim.
         return not_open(conn, session, gate_id, key);
-    };
-    let seq = deliver(conn, effects, session, gate_id, claimed, answer, by)?;
+    }
+    let seq = deliver(conn, effects, session, gate_id, (target.loop_id, &target.gate), answer, by)?;
     Ok(AnswerOutcome::Accepted { journal_seq: seq })
 }
 
@@ -189,44 +202,23 @@ fn deliver(
     effects: &mut Vec<Effect>,
     session: SessionId,
     gate_id: GateId,
-    Claimed { loop_id, gate }: Claimed,
+    (loop_id, gate): (LoopId, &Gate),
     answer: &Answer,
     by: &AnsweredBy,
 ) -> Result<i64, StoreError> {
     let now = Timestamp::now();
-    let at = Coordinates::of(session, &gate, loop_id);
+    let at = Coordinates::of(session, gate, loop_id);
     let seq = resolve(conn, effects, session, &GateResolved::answered(at, now, gate_id, answer, by))?;
-    let command = ProvideUserInput::new(at, now, &gate, answer, by);
+    let command = ProvideUserInput::new(at, now, gate, answer, by);
     inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
     effects.push(Effect::Inbox(session, loop_id));
     Ok(seq)
 }
 
-/// The timer's claim: answers each still-open gate with its policy's template, through the same
-/// claim as a person's answer, so whichever commits first wins. Each gate runs in its own
-/// savepoint, so one broken gate fails alone; storage trouble fails the whole job.
-pub fn expire(conn: &Connection, gates: &[GateId], effects: &mut Vec<Effect>) -> Result<Vec<Expiry>, StoreError> {
-    let mut outcomes = Vec::with_capacity(gates.len());
-    for &gate_id in gates {
-        conn.execute_batch("SAVEPOINT gate")?;
-        let mut gate_effects = Vec::new();
-        match expire_one(conn, gate_id, &mut gate_effects) {
-            Ok(outcome) => {
-                conn.execute_batch("RELEASE gate")?;
-                effects.append(&mut gate_effects);
-                outcomes.push(outcome);
-            }
-            Err(StoreError::Internal(cause)) => {
-                conn.execute_batch("ROLLBACK TO gate; RELEASE gate")?;
-                outcomes.push(Expiry::Failed(cause));
-            }
-            Err(storage) => return Err(storage),
-        }
-    }
-    Ok(outcomes)
-}
-
-fn expire_one(conn: &Connection, gate_id: GateId, effects: &mut Vec<Effect>) -> Result<Expiry, StoreError> {
+/// The timer's claim on one due gate (one write job each, so group commit batches them and the
+/// writer's savepoint per job lets a broken gate fail alone): answers it with its policy's
+/// template, through the same claim as a person's answer, so whichever commits first wins.
+pub fn expire(conn: &Connection, gate_id: GateId, effects: &mut Vec<Effect>) -> Result<Expiry, StoreError> {
     let Some(record) = find(conn, gate_id)?.filter(|r| r.view.state == GateState::Open) else {
         return Ok(Expiry::Moot);
     };
@@ -238,7 +230,8 @@ fn expire_one(conn: &Connection, gate_id: GateId, effects: &mut Vec<Effect>) -> 
     let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None)? else {
         return Ok(Expiry::Moot);
     };
-    Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, claimed, &answer, &AnsweredBy::Timeout)?))
+    let target = (claimed.loop_id, &claimed.gate);
+    Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, target, &answer, &AnsweredBy::Timeout)?))
 }
 
 /// Open gates whose policy answers at a deadline, soonest first.

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-pub use baseline::OneTransactionPerAnswer;
+pub use baseline::{OneTransactionPerAnswer, minimal_claims_per_second};
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, PendingCommit};
 
@@ -274,8 +274,7 @@ impl Backend for SqliteStore {
         key: Option<Idempotency>,
         by: AnsweredBy,
     ) -> Result<AnswerOutcome, StoreError> {
-        let (session, gate) = (target.session, target.gate_id);
-        self.write(move |conn, effects| gates::answer(conn, session, gate, &answer, key.as_ref(), &by, effects)).await
+        self.write(move |conn, effects| gates::answer(conn, &target, &answer, key.as_ref(), &by, effects)).await
     }
 
     async fn close_gate(
@@ -288,7 +287,17 @@ impl Backend for SqliteStore {
     }
 
     async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
-        self.write(move |conn, effects| gates::expire(conn, &gates, effects)).await
+        // A job per gate: they queue together and commit together, and one that fails on its
+        // own (a broken stored gate) rolls back alone.
+        let jobs = gates.into_iter().map(|gate| self.write(move |conn, effects| gates::expire(conn, gate, effects)));
+        futures_util::future::join_all(jobs)
+            .await
+            .into_iter()
+            .map(|outcome| match outcome {
+                Err(StoreError::Internal(cause)) => Ok(Expiry::Failed(cause)),
+                outcome => outcome,
+            })
+            .collect()
     }
 
     async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {

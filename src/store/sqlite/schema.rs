@@ -21,8 +21,11 @@ struct Migration {
 
 /// Each step brings the schema from version `index` to `index + 1`. Never edit a released step;
 /// append a new one.
-const MIGRATIONS: &[Migration] =
-    &[Migration { sql: FIRST, then: None }, Migration { sql: LINK_DIGESTS, then: Some(digest_links) }];
+const MIGRATIONS: &[Migration] = &[
+    Migration { sql: FIRST, then: None },
+    Migration { sql: LINK_DIGESTS, then: Some(digest_links) },
+    Migration { sql: NO_RESOLUTION_INDEX, then: None },
+];
 
 const FIRST: &str = r#"
 CREATE TABLE meta (
@@ -116,6 +119,11 @@ ALTER TABLE gates ADD COLUMN link_digest BLOB;
 CREATE UNIQUE INDEX gates_by_link_digest ON gates (link_digest);
 "#;
 
+/// Version 3: `gates_by_resolution` is dropped. No query plan uses it (listings by resolution sort
+/// through a temporary b-tree either way, and the resolution join goes through the journal's
+/// key), yet every answer wrote it.
+const NO_RESOLUTION_INDEX: &str = "DROP INDEX gates_by_resolution;";
+
 /// Replaces each stored token with its keyed digest, and forgets the key, overwriting what is
 /// deleted (`secure_delete`), so neither the tokens nor the key stay readable in free pages.
 fn digest_links(conn: &Connection, key: &ServerKey) -> rusqlite::Result<()> {
@@ -135,9 +143,10 @@ fn digest_links(conn: &Connection, key: &ServerKey) -> rusqlite::Result<()> {
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Distinct statements a connection keeps prepared: every query of the store plus the writer's
-/// transaction control fit, so none is parsed again on the hot path.
-const STATEMENT_CACHE: usize = 64;
+/// Distinct statements a connection keeps prepared: every query of the store, the writer's
+/// transaction control, and every variant of the listing query (filters × orders × cursors, some
+/// fifty) fit, so none is parsed again on the hot path.
+const STATEMENT_CACHE: usize = 256;
 
 /// How long a connection waits for a lock before giving up with `SQLITE_BUSY`.
 pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
