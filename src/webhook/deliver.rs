@@ -23,7 +23,7 @@ use crate::backoff::{Backoff, random_up_to};
 use crate::bus::Bus;
 use crate::domain::{GateId, GateOpened, ServerKey, Timestamp};
 use crate::error::innermost_cause;
-use crate::store::{Lease, PageLimit, Store, StoreError};
+use crate::store::{Lease, PageLimit, Pending, Store, StoreError};
 
 /// The default retry schedule: about 5 s, 5 min, 30 min, 2 h, 6 h, 12 h and a day.
 pub const DEFAULT_SCHEDULE: &[Duration] = &[
@@ -87,6 +87,20 @@ impl Outcome {
     }
 }
 
+/// An endpoint while this replica holds its lease: what it knows of the endpoint's state, so
+/// that delivering an event costs one read (the event) and one write (its outcome). Nobody else
+/// writes an endpoint's state while its lease is held, and a new lease starts from what is stored.
+struct Held {
+    lease: Lease,
+    /// When the lease was last taken or renewed.
+    renewed: tokio::time::Instant,
+    /// Every event up to here was delivered or dead-lettered.
+    cursor: i64,
+    disabled: bool,
+    /// The pending attempt at the event after `cursor`, once known (`Some(None)`: none).
+    pending: Option<(i64, Option<Pending>)>,
+}
+
 impl Delivery {
     /// Follows one endpoint until shutdown, while it holds its lease (and idles once the endpoint
     /// is disabled), signing with the endpoint's `secret`.
@@ -94,7 +108,7 @@ impl Delivery {
         let mut head = self.bus.head();
         // Storage trouble: wait at random up to 1 s, 2 s, 4 s, … at most 30 s before looking again.
         let mut trouble = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
-        let mut held: Option<(Lease, tokio::time::Instant)> = None;
+        let mut held: Option<Held> = None;
         loop {
             if self.shutdown.is_cancelled() {
                 break;
@@ -107,42 +121,52 @@ impl Delivery {
                     break;
                 }
                 Err(e) => {
+                    // What this replica knew may be stale now: the next step reads it again.
+                    held = None;
                     let delay = trouble.next_delay();
                     tracing::warn!(url = %display_url(&url), error = %e, ?delay, "webhook delivery could not read or record its state; retrying");
                     self.pause(delay).await;
                 }
             }
         }
-        if let Some((lease, _)) = held
+        if let Some(Held { lease, .. }) = held
             && let Err(e) = self.store.webhook_release(url.clone(), lease).await
         {
             tracing::debug!(url = %display_url(&url), error = %e, "could not give the webhook lease up; it runs out by itself");
         }
     }
 
-    /// The endpoint's lease, renewed when a quarter of it has passed; `None` while another
-    /// replica holds it.
-    async fn lease(
-        &self,
-        url: &str,
-        held: &mut Option<(Lease, tokio::time::Instant)>,
-    ) -> Result<Option<(Lease, crate::store::Endpoint)>, StoreError> {
-        let fresh = held.as_ref().is_some_and(|(_, at)| at.elapsed() < self.lease / 4);
-        let taken = self.store.webhook_lease(url.to_owned(), self.replica.clone(), self.lease).await?;
-        match &taken {
-            Some((lease, _)) => {
-                if !fresh && held.as_ref().is_none_or(|(old, _)| old != lease) {
-                    tracing::info!(url = %display_url(url), epoch = lease.epoch, "this replica delivers to the webhook endpoint");
+    /// The endpoint's lease, taken (with the stored state) or renewed once a quarter of it has
+    /// passed; `false` while another replica holds it.
+    async fn lease(&self, url: &str, held: &mut Option<Held>) -> Result<bool, StoreError> {
+        if held.as_ref().is_some_and(|h| h.renewed.elapsed() < self.lease / 4) {
+            return Ok(true);
+        }
+        match self.store.webhook_lease(url.to_owned(), self.replica.clone(), self.lease).await? {
+            Some((lease, endpoint)) => {
+                match held {
+                    // Renewed: what this replica knows is still the truth.
+                    Some(h) if h.lease == lease => h.renewed = tokio::time::Instant::now(),
+                    _ => {
+                        tracing::info!(url = %display_url(url), epoch = lease.epoch, "this replica delivers to the webhook endpoint");
+                        *held = Some(Held {
+                            lease,
+                            renewed: tokio::time::Instant::now(),
+                            cursor: endpoint.cursor,
+                            disabled: endpoint.disabled,
+                            pending: None,
+                        });
+                    }
                 }
-                *held = Some((lease.clone(), tokio::time::Instant::now()));
+                Ok(true)
             }
             None => {
                 if held.take().is_some() {
                     tracing::info!(url = %display_url(url), "another replica took the webhook endpoint over");
                 }
+                Ok(false)
             }
         }
-        Ok(taken)
     }
 
     /// Delivers (or waits for) the next event. `false` when the endpoint is disabled.
@@ -151,20 +175,21 @@ impl Delivery {
         url: &str,
         secret: &Secret,
         head: &mut tokio::sync::watch::Receiver<i64>,
-        held: &mut Option<(Lease, tokio::time::Instant)>,
+        held: &mut Option<Held>,
     ) -> Result<bool, StoreError> {
-        let Some((lease, endpoint)) = self.lease(url, held).await? else {
+        if !self.lease(url, held).await? {
             // Another replica delivers; look again before its lease could run out.
             self.pause(self.lease / 4).await;
             return Ok(true);
-        };
-        if endpoint.disabled {
+        }
+        let state = held.as_mut().expect("held after a granted lease");
+        if state.disabled {
             tracing::warn!(url = %display_url(url), "webhook endpoint disabled (it answered 410); --webhook-reenable to resume");
             return Ok(false);
         }
         head.borrow_and_update();
         let one = PageLimit { rows: 1, bytes: usize::MAX };
-        let (next, _) = self.store.journal_range(None, endpoint.cursor, i64::MAX, one).await?;
+        let (next, _) = self.store.journal_range(None, state.cursor, i64::MAX, one).await?;
         let Some((seq, event)) = next.into_iter().next() else {
             // Caught up: wait for the next commit, or renew the lease meanwhile.
             tokio::select! {
@@ -174,7 +199,11 @@ impl Delivery {
             }
             return Ok(true);
         };
-        let pending = self.store.webhook_pending(url.to_owned(), seq).await?;
+        let pending = match state.pending {
+            Some((known, pending)) if known == seq => pending,
+            _ => self.store.webhook_pending(url.to_owned(), seq).await?,
+        };
+        state.pending = Some((seq, pending));
         if let Some(due) = pending.map(|p| p.next_at)
             && due > Timestamp::now()
         {
@@ -186,13 +215,19 @@ impl Delivery {
         if self.shutdown.is_cancelled() {
             return Ok(true);
         }
+        let lease = state.lease.clone();
         // Not cancelled by shutdown: a request cut off mid-flight may well have reached the
         // receiver, and the next start would send it again. The server waits for it (up to its
         // shutdown grace, then drops this task: the next start sends it again after all).
         let outcome = self.post(url, secret, seq, &event).await;
         self.metrics.webhook_attempt(outcome.name());
         let recorded = match outcome {
-            Outcome::Delivered => self.store.webhook_delivered(url.to_owned(), seq, lease).await?,
+            Outcome::Delivered => {
+                let recorded = self.store.webhook_delivered(url.to_owned(), seq, lease).await?;
+                // Past it; the next event has no attempt yet (only this replica records any).
+                (state.cursor, state.pending) = (seq, None);
+                recorded
+            }
             Outcome::Gone => {
                 let why = format!("410 Gone at journal seq {seq}");
                 if self.store.webhook_disable(url.to_owned(), why, lease).await? {
@@ -207,11 +242,13 @@ impl Delivery {
                     Some(wait) => {
                         let next_at = Timestamp::now().plus_nanos(jitter(*wait).as_nanos() as i64);
                         tracing::info!(url = %display_url(url), journal_seq = seq, attempts, %error, "webhook delivery failed; will retry");
+                        state.pending = Some((seq, Some(Pending { attempts, next_at })));
                         self.store.webhook_retry_at(url.to_owned(), seq, attempts, next_at, error, lease).await?
                     }
                     None => {
                         tracing::warn!(url = %display_url(url), journal_seq = seq, attempts, %error, "webhook delivery failed for good");
                         self.metrics.webhook_dead_letter();
+                        (state.cursor, state.pending) = (seq, None);
                         self.store.webhook_dead_letter(url.to_owned(), seq, attempts, error, lease).await?
                     }
                 }
