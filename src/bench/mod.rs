@@ -262,7 +262,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     println!("{}", report.table());
     let mut written = true;
     if let Some(path) = &args.json {
-        written &= write(path, &format!("{:#}\n", report.json()));
+        written &= write(path, &format!("{}\n", report.json()));
     }
     if let Some(path) = &args.svg {
         written &= write(path, &report.svg());

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// One figure, measured once per run.
 #[derive(Debug, Clone)]
@@ -77,13 +77,13 @@ struct Target {
 
 const TARGETS: &[Target] = &[
     Target {
-        label: "answers/s (64 answerers) ÷ minimal SQLite claims/s",
+        label: "answers/s ({concurrency} answerers) ÷ minimal claims/s",
         figure: "gate.answers_per_s_c64",
         ceiling: Some("ceilings.sqlite_min_claim_event_txn_per_s"),
         rule: Rule::AtLeast(1.0),
     },
     Target {
-        label: "answers/s (64 answerers) ÷ gatehouse's own claim, one transaction each",
+        label: "answers/s ({concurrency} answerers) ÷ own-claim txns/s",
         figure: "gate.answers_per_s_c64",
         ceiling: Some("ceilings.sqlite_gate_claim_txn_per_s"),
         rule: Rule::AtLeast(1.0),
@@ -113,13 +113,13 @@ const TARGETS: &[Target] = &[
         rule: Rule::AtMost(2.0),
     },
     Target {
-        label: "answers/s with 100 stuck streams ÷ without",
+        label: "answers/s with {stuck_streams} stuck streams ÷ without",
         figure: "gate.stuck_clients_answer_ratio",
         ceiling: None,
         rule: Rule::AtLeast(0.9),
     },
     Target {
-        label: "winners of a 1000-way race",
+        label: "winners of a {racers}-way race",
         figure: "gate.race_1000_winners",
         ceiling: None,
         rule: Rule::Exactly(1.0),
@@ -153,7 +153,8 @@ const TARGETS: &[Target] = &[
 /// A target's outcome in one run.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    pub label: &'static str,
+    /// The target's words, with the sizes the run really used.
+    pub label: String,
     pub ratio: f64,
     pub rule: String,
     target: f64,
@@ -172,6 +173,18 @@ pub struct Report {
 }
 
 impl Report {
+    /// `text` with each `{size}` replaced by the size this run used (so `--smoke` says what it
+    /// measured).
+    fn sized(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        if let Some(sizes) = self.sizes.as_object() {
+            for (name, value) in sizes {
+                text = text.replace(&format!("{{{name}}}"), &value.to_string());
+            }
+        }
+        text
+    }
+
     fn figure(&self, path: &str) -> Option<&Figure> {
         self.figures.iter().find(|f| f.path == path)
     }
@@ -187,7 +200,7 @@ impl Report {
                     None => figure,
                 };
                 Some(Outcome {
-                    label: t.label,
+                    label: self.sized(t.label),
                     ratio,
                     rule: t.rule.describe(),
                     target: t.rule.target(),
@@ -197,30 +210,34 @@ impl Report {
             .collect()
     }
 
-    /// The JSON document: medians under `ceilings` and `gate` (the keys the issue names), each
-    /// figure's runs under `runs`, the targets, and the sizes used.
-    pub fn json(&self) -> Value {
-        let mut medians = Map::new();
-        let mut runs = Map::new();
+    /// The JSON document, its keys in this order: `mode`, `sync`, the medians under `ceilings`,
+    /// `gate` and `postgres` (figures in the order of the table), `targets`, each figure's
+    /// `runs` (the same order), the `sizes` used, and `seconds`.
+    pub fn json(&self) -> String {
+        let mut medians = Node::default();
+        let mut runs = Node::default();
         for figure in &self.figures {
-            insert(&mut medians, figure.path, rounded(figure.median()));
+            medians.insert(figure.path, rounded(figure.median()));
             let samples = figure.samples.iter().map(|s| rounded(*s)).collect();
-            insert(&mut runs, figure.path, Value::Array(samples));
+            runs.insert(figure.path, Value::Array(samples));
         }
-        let targets: Vec<Value> = self
-            .outcomes()
-            .iter()
-            .map(|o| json!({"target": o.label, "ratio": rounded(o.ratio), "rule": o.rule, "met": o.met}))
-            .collect();
-        let mut doc = Map::new();
-        doc.insert("sync".into(), json!(self.sync));
-        doc.insert("mode".into(), json!(self.mode));
+        let targets = self.outcomes().into_iter().map(|o| {
+            let mut target = Node::default();
+            target.insert("target", json!(o.label));
+            target.insert("ratio", rounded(o.ratio));
+            target.insert("rule", json!(o.rule));
+            target.insert("met", json!(o.met));
+            target
+        });
+        let mut doc = Node::default();
+        doc.insert("mode", json!(self.mode));
+        doc.insert("sync", json!(self.sync));
         doc.extend(medians);
-        doc.insert("runs".into(), Value::Object(runs));
-        doc.insert("targets".into(), Value::Array(targets));
-        doc.insert("sizes".into(), self.sizes.clone());
-        doc.insert("seconds".into(), rounded(self.seconds));
-        Value::Object(doc)
+        doc.put("targets", Node::List(targets.collect()));
+        doc.put("runs", runs);
+        doc.insert("sizes", self.sizes.clone());
+        doc.insert("seconds", rounded(self.seconds));
+        serde_json::to_string_pretty(&doc).expect("a document of JSON values serialises")
     }
 
     /// The human-readable table.
@@ -249,7 +266,7 @@ impl Report {
         let _ = writeln!(out, "\ntargets (ratios of the medians above)");
         for o in self.outcomes() {
             let verdict = if o.met { "met" } else { "MISSED" };
-            let _ = writeln!(out, "  {:<48} {:>8}  target {:<6} {verdict}", o.label, human(o.ratio), o.rule);
+            let _ = writeln!(out, "  {:<52} {:>8}  target {:<6} {verdict}", o.label, human(o.ratio), o.rule);
         }
         out
     }
@@ -287,7 +304,7 @@ impl Report {
 <text x="{tx}" y="{ty}">{ratio} (target {rule})</text>
 "##,
                 ty = y + 15.0,
-                label = escape(o.label),
+                label = escape(&o.label),
                 y0 = y,
                 l0 = y - 4.0,
                 l1 = y + 24.0,
@@ -301,17 +318,65 @@ impl Report {
     }
 }
 
-/// Puts `value` at a dotted `path` inside nested objects.
-fn insert(root: &mut Map<String, Value>, path: &str, value: Value) {
-    match path.split_once('.') {
-        None => {
-            root.insert(path.to_owned(), value);
-        }
-        Some((head, rest)) => {
-            let child = root.entry(head.to_owned()).or_insert_with(|| Value::Object(Map::new()));
-            if let Value::Object(child) = child {
-                insert(child, rest, value);
+/// A JSON object whose keys keep the order they were put in (serde_json's own map sorts them).
+enum Node {
+    Leaf(Value),
+    Tree(Vec<(String, Node)>),
+    List(Vec<Node>),
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Self::Tree(Vec::new())
+    }
+}
+
+impl Node {
+    /// Puts `value` at a dotted `path` inside nested objects, after what is there.
+    fn insert(&mut self, path: &str, value: Value) {
+        match path.split_once('.') {
+            None => self.put(path, Node::Leaf(value)),
+            Some((head, rest)) => {
+                let Node::Tree(items) = self else { return };
+                let at = match items.iter().position(|(key, _)| key == head) {
+                    Some(at) => at,
+                    None => {
+                        items.push((head.to_owned(), Node::default()));
+                        items.len() - 1
+                    }
+                };
+                items[at].1.insert(rest, value);
             }
+        }
+    }
+
+    fn put(&mut self, key: &str, node: Node) {
+        if let Node::Tree(items) = self {
+            items.push((key.to_owned(), node));
+        }
+    }
+
+    /// Appends the members of another tree.
+    fn extend(&mut self, other: Node) {
+        if let (Node::Tree(items), Node::Tree(more)) = (self, other) {
+            items.extend(more);
+        }
+    }
+}
+
+impl serde::Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Self::Leaf(value) => value.serialize(s),
+            Self::Tree(items) => {
+                let mut map = s.serialize_map(Some(items.len()))?;
+                for (key, node) in items {
+                    map.serialize_entry(key, node)?;
+                }
+                map.end()
+            }
+            Self::List(nodes) => s.collect_seq(nodes),
         }
     }
 }
@@ -392,7 +457,13 @@ mod tests {
             sizes: json!({}),
             seconds: 1.0,
         };
-        let doc = report.json();
+        let text = report.json();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let keys = ["\"mode\"", "\"sync\"", "\"ceilings\"", "\"gate\"", "\"targets\"", "\"runs\"", "\"sizes\""];
+        let at: Vec<usize> = keys.iter().map(|k| text.find(k).unwrap_or_else(|| panic!("{k} in {text}"))).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "keys in the documented order: {text}");
+        let (answers, latency) = (text.find("answers_per_s_c64").unwrap(), text.find("answer_to_agent_ms").unwrap());
+        assert!(answers < latency, "figures in the table's order");
         assert_eq!(doc["sync"], "full");
         assert_eq!(doc["gate"]["answers_per_s_c64"], 2000);
         assert_eq!(doc["gate"]["answer_to_agent_ms"]["p50"], 1.5);
