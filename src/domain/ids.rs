@@ -75,13 +75,13 @@ macro_rules! uuid_id {
 }
 
 macro_rules! minted_id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident, $mint:expr) => {
         uuid_id!($(#[$doc])* $name, nil_allowed = false);
 
         impl $name {
-            /// A fresh random id, minted by the server.
+            /// A fresh id, minted by the server.
             pub fn mint() -> Self {
-                Self(Uuid::new_v4())
+                Self($mint)
             }
         }
     };
@@ -108,16 +108,22 @@ uuid_id!(
     StepId, nil_allowed = false
 );
 minted_id!(
-    /// The durable record of one question; minted by the server, never by a client.
-    GateId
+    /// The durable record of one question; minted by the server, never by a client. Random
+    /// (version 4): its first eight digits are the short form the CLI shows and takes.
+    GateId,
+    Uuid::new_v4()
 );
 minted_id!(
-    /// One `ProvideUserInput` command; loops de-duplicate by it.
-    CommandId
+    /// One `ProvideUserInput` command; loops de-duplicate by it. Time-ordered (version 7): its
+    /// unique index takes each new command at its right edge, in a page the batch already wrote,
+    /// instead of dirtying a random page per answer.
+    CommandId,
+    Uuid::now_v7()
 );
 minted_id!(
     /// One journal event.
-    EventId
+    EventId,
+    Uuid::new_v4()
 );
 
 #[cfg(test)]

@@ -16,13 +16,18 @@ pub fn enqueue(
     command_id: CommandId,
     command: &str,
 ) -> rusqlite::Result<i64> {
+    // The rowid, not RETURNING (a temporary b-tree per statement), as for the journal.
     conn.prepare_cached(
-        "INSERT INTO inbox (session_id, loop_id, command_id, gate_id, command) VALUES (?1, ?2, ?3, ?4, ?5) RETURNING seq",
+        "INSERT INTO inbox (session_id, loop_id, command_id, gate_id, command) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .query_row(
-        params![session.to_string(), loop_id.to_string(), command_id.to_string(), gate.to_string(), command],
-        |r| r.get(0),
-    )
+    .execute(params![
+        session.to_string(),
+        loop_id.to_string(),
+        command_id.to_string(),
+        gate.to_string(),
+        command
+    ])?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// Commands of one loop with seq > `after`, ascending; unacked ones unless `include_acked`.

@@ -17,9 +17,11 @@ pub fn append(
     kind: &str,
     event: String,
 ) -> rusqlite::Result<i64> {
-    let seq = conn
-        .prepare_cached("INSERT INTO journal (session_id, gate_id, type, event) VALUES (?1, ?2, ?3, ?4) RETURNING seq")?
-        .query_row(params![session.to_string(), gate.to_string(), kind, event], |r| r.get(0))?;
+    // The new row's rowid, not RETURNING: SQLite builds a temporary b-tree for every statement
+    // with a RETURNING clause.
+    conn.prepare_cached("INSERT INTO journal (session_id, gate_id, type, event) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![session.to_string(), gate.to_string(), kind, event])?;
+    let seq = conn.last_insert_rowid();
     effects.push(Effect::Journal { seq, session, event });
     Ok(seq)
 }
