@@ -22,14 +22,28 @@ fn main() -> ExitCode {
     };
     // The bench reports on stdout and stderr itself; its servers log for themselves.
     let default_filter = if matches!(cli.command, Command::Bench(_)) { "warn" } else { "gatehouse=info,warn" };
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
-        .with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    let ansi = std::io::stderr().is_terminal();
+    // Dropping it writes out what is still queued.
+    let mut log_flush = None;
     match &cli.command {
-        Command::Serve(args) if args.log_format == LogFormat::Json => {
-            logs.json().with_current_span(true).with_span_list(false).flatten_event(true).init();
+        Command::Serve(args) => {
+            // A server writes a line per request: from a thread of its own, so a request pays for
+            // formatting only, a burst of lines leaves in one write, and a log reader that falls
+            // behind delays no request until 128k lines are queued (then they wait, none is lost).
+            let (stderr, flush) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+                .lossy(false)
+                .thread_name("gatehouse-log")
+                .finish(std::io::BufWriter::new(std::io::stderr()));
+            log_flush = Some(flush);
+            let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(stderr);
+            match args.log_format {
+                LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).flatten_event(true).init(),
+                LogFormat::Text => logs.with_ansi(ansi).init(),
+            }
         }
-        _ => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        // The CLI's warnings go out in order with what it prints itself.
+        _ => tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init(),
     }
 
     let runtime = match tokio::runtime::Runtime::new() {
@@ -40,61 +54,49 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(*args)),
+        Command::Serve(args) => {
+            let served = runtime.block_on(serve(*args));
+            drop(runtime);
+            // Every log line out first, so that a failure is the last thing on stderr.
+            drop(log_flush);
+            served.map_or_else(
+                |e| {
+                    eprintln!("gatehouse: {e}");
+                    ExitCode::FAILURE
+                },
+                |()| ExitCode::SUCCESS,
+            )
+        }
         Command::Bench(args) => runtime.block_on(gatehouse::bench::run(args)),
         Command::BenchCeiling(args) => runtime.block_on(gatehouse::bench::serve_ceiling(args)),
         client => runtime.block_on(gatehouse::cli::run(client)),
     }
 }
 
-async fn serve(args: gatehouse::ServeArgs) -> ExitCode {
+async fn serve(args: gatehouse::ServeArgs) -> Result<(), String> {
     // An open-file limit that cannot hold the connection cap is refused before anything else
     // happens (`run` checks again, for embedders).
-    if let Err(e) = gatehouse::raise_open_file_limit(&args) {
-        eprintln!("gatehouse: {e}");
-        return ExitCode::FAILURE;
-    }
+    gatehouse::raise_open_file_limit(&args).map_err(|e| e.to_string())?;
     // Flags that would expose the server are refused next.
-    let security = match gatehouse::auth::Security::load(&args) {
-        Ok(security) => security,
-        Err(e) => {
-            eprintln!("gatehouse: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let security = gatehouse::auth::Security::load(&args).map_err(|e| e.to_string())?;
     // The database first: a second server on the same file is refused for that reason, not for
     // the port it would also share.
-    let opened = match gatehouse::open_store(&args, &gatehouse::Hooks::default()).await {
-        Ok(opened) => opened,
-        Err(e) => {
-            eprintln!("gatehouse: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let opened = gatehouse::open_store(&args, &gatehouse::Hooks::default()).await.map_err(|e| e.to_string())?;
     let listener = match tokio::net::TcpListener::bind(args.bind).await {
         Ok(listener) => listener,
         Err(e) => {
+            opened.close().await;
             // Most often the port is taken (another server, or this one still running): say
             // how to pick another.
-            eprintln!(
-                "gatehouse: cannot listen on {}: {e}; choose another address with --bind or GATEHOUSE_BIND",
+            return Err(format!(
+                "cannot listen on {}: {e}; choose another address with --bind or GATEHOUSE_BIND",
                 args.bind
-            );
-            opened.close().await;
-            return ExitCode::FAILURE;
+            ));
         }
     };
-    let served = match gatehouse::run(args, security, opened, listener, shutdown_signal()).await {
-        Ok(running) => running.wait().await,
-        Err(e) => Err(e),
-    };
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gatehouse: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let running =
+        gatehouse::run(args, security, opened, listener, shutdown_signal()).await.map_err(|e| e.to_string())?;
+    running.wait().await.map_err(|e| e.to_string())
 }
 
 /// Resolves at SIGINT or SIGTERM.
