@@ -239,3 +239,26 @@ async fn a_truncated_database_gives_a_clear_error_at_start() {
     }
     drop(dir);
 }
+
+/// The writer checkpoints the WAL itself, after a batch's replies (SQLite's automatic checkpoint
+/// is replaced): the WAL file, which never shrinks, stays near the checkpoint threshold of 1000
+/// frames while far more are written. Were checkpoints lost, it would hold every frame written.
+#[tokio::test]
+async fn the_writer_keeps_the_wal_near_its_checkpoint_threshold() {
+    if sqlite_only("the SQLite WAL") {
+        return;
+    }
+    let (_dir, db) = temp_db();
+    let app = TestApp::start(&db, |_| {}).await;
+    let (session, loop_id) = (uuid(), uuid());
+    // A 4 KB question: every open writes at least one full page (well over 2000 in all).
+    let question = "q".repeat(4000);
+    for n in 0..300 {
+        let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), &question)).await);
+        app.answer(&session, &gate, &format!("answer {n}")).await.expect(202);
+    }
+    let frame = 4096 + 24;
+    let wal = std::fs::metadata(db.with_extension("db-wal")).expect("a WAL beside the database").len();
+    assert!(wal < 1600 * frame, "the WAL holds {} frames", wal / frame);
+    drop(app.stop().await);
+}

@@ -163,6 +163,7 @@ impl SqliteStore {
             #[cfg(feature = "fault-injection")]
             fault_file: config.fault_file,
             runtime: tokio::runtime::Handle::current(),
+            wal_frames: Default::default(),
         };
         let thread = std::thread::Builder::new()
             .name("gatehouse-writer".into())

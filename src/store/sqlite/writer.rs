@@ -16,6 +16,7 @@
 #[cfg(feature = "fault-injection")]
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -28,6 +29,8 @@ use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
 const MAX_BATCH: usize = 256;
+/// WAL frames after which the writer checkpoints them into the main file (SQLite's own default).
+const CHECKPOINT_FRAMES: i32 = 1000;
 /// How often an unhealthy writer probes the database with a tiny real write.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// SQLite's default `max_page_count`, restored when a `full:N` fault is lifted.
@@ -132,6 +135,8 @@ pub(super) struct Writer {
     #[cfg(feature = "fault-injection")]
     pub fault_file: Option<PathBuf>,
     pub runtime: tokio::runtime::Handle,
+    /// Frames in the WAL after the last commit (SQLite's WAL hook tells).
+    pub wal_frames: Arc<AtomicI32>,
 }
 
 impl Writer {
@@ -139,6 +144,16 @@ impl Writer {
     pub fn run(mut self) {
         // If this thread dies unexpectedly, readiness must say so.
         let _watch = DeathWatch(Arc::clone(&self.health));
+        // Replaces SQLite's automatic checkpoint, which runs inside the COMMIT that fills the WAL
+        // and so holds back the replies of that batch: `checkpoint` runs it after they are out.
+        let frames = Arc::clone(&self.wal_frames);
+        let hooked = self.conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
+            frames.store(pages, Ordering::Relaxed);
+            Ok(())
+        }));
+        if let Err(e) = hooked {
+            tracing::warn!(error = %e, "cannot watch the WAL; SQLite checkpoints inside COMMIT");
+        }
         let ack = loop {
             let msg = if self.health.is_healthy() {
                 self.rx.blocking_recv()
@@ -252,9 +267,22 @@ impl Writer {
                 for ran in done {
                     (ran.reply)(Ok(()));
                 }
+                self.checkpoint();
             }
             // The outcome is unknown to the callers: they retry with the same Idempotency-Key.
             Err(e) => self.fail(done, Vec::new(), format!("COMMIT failed: {e}")),
+        }
+    }
+
+    /// Copies the WAL back into the main file once it holds `CHECKPOINT_FRAMES`, between batches
+    /// as SQLite's automatic checkpoint would, but after the replies. PASSIVE: it never waits for
+    /// readers; what they still need is copied after a later batch.
+    fn checkpoint(&self) {
+        if self.wal_frames.load(Ordering::Relaxed) < CHECKPOINT_FRAMES {
+            return;
+        }
+        if let Err(e) = self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "WAL checkpoint failed; the next batch tries again");
         }
     }
 
@@ -395,6 +423,7 @@ mod tests {
             #[cfg(feature = "fault-injection")]
             fault_file: None,
             runtime: runtime.handle().clone(),
+            wal_frames: Arc::default(),
         };
         writer.run();
         (dir, path)
