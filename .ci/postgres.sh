@@ -4,8 +4,8 @@
 #                    GATEHOUSE_TEST_DATABASE_URL (a superuser URL: each test creates its database)
 #                    and GATEHOUSE_TEST_PG_BIN (where pg_ctl is, for tests that stop the server)
 #   postgres_stop    stops that server by its PID and removes the cluster
-# PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` user that the
-# Debian package creates.
+# install_packages comes from .ci/packages.sh. PostgreSQL refuses to run as root, so as root the
+# cluster belongs to the `postgres` user that the Debian package creates.
 
 pg_bindir() {
   local dir

@@ -7,17 +7,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 
-have() { command -v "$1" >/dev/null 2>&1; }
-install_packages() {
-  if ! have apt-get; then
-    echo "missing: $* (install them with your package manager)" >&2
-    exit 1
-  fi
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
-}
+source .ci/packages.sh
 
 have node || install_packages nodejs
 venv=target/tools/clients

@@ -6,18 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-have() { command -v "$1" >/dev/null 2>&1; }
-
-install_packages() {
-  if ! have apt-get; then
-    echo "missing: $* (install them with your package manager)" >&2
-    exit 1
-  fi
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
-}
+source "$repo/.ci/packages.sh"
 
 # playwright-core drives the system's Chromium: its own browser downloads are not used.
 missing=()
