@@ -243,8 +243,8 @@ async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::
         Method::OPTIONS => "OPTIONS",
         _ => "other",
     };
-    let request_id =
-        req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).map(str::to_owned);
+    // A shared handle on the id's bytes, not a copy: the request is gone once it is handled.
+    let request_id = req.extensions().get::<RequestId>().cloned();
     let response = next.run(req).await;
     let took = started.elapsed();
     let status = response.status().as_u16();
@@ -260,7 +260,8 @@ async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::
         metrics.answer_refused(code);
     }
     let cause = failure.and_then(|f| f.cause.as_deref());
-    let (request_id, latency_ms) = (request_id.as_deref().unwrap_or("-"), took.as_secs_f64() * 1000.0);
+    let request_id = request_id.as_ref().and_then(|id| id.header_value().to_str().ok()).unwrap_or("-");
+    let latency_ms = took.as_secs_f64() * 1000.0;
     macro_rules! log {
         ($level:ident) => {
             tracing::$level!(request_id, method, route, status, latency_ms, principal, code, cause, "request")
