@@ -31,18 +31,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
-use axum::routing::future::RouteFuture;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
+use super::edge::EdgeFuture;
 use super::server::AddressSlot;
+use super::{App, Routed};
 use crate::metrics::Metrics;
 
 /// How long a connection may wait for what it waits for between requests.
@@ -277,7 +277,7 @@ impl AsyncWrite for ConnectionIo {
 /// The hyper service of one connection: the router every connection shares (cloning it is one
 /// reference count), and the connection's bookkeeping around each request.
 pub struct ConnectionService {
-    app: Router,
+    app: App,
     connection: Arc<Connection>,
     peer: SocketAddr,
     /// Open mode: a complete request head is all the authentication there is.
@@ -285,7 +285,7 @@ pub struct ConnectionService {
 }
 
 impl ConnectionService {
-    pub(super) fn new(app: Router, connection: Arc<Connection>, peer: SocketAddr, open_mode: bool) -> Self {
+    pub(super) fn new(app: App, connection: Arc<Connection>, peer: SocketAddr, open_mode: bool) -> Self {
         Self { app, connection, peer, open_mode }
     }
 }
@@ -305,13 +305,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
         // The client's address, for whoever needs it (`ConnectInfo<SocketAddr>`).
         req.extensions_mut().insert(ConnectInfo(self.peer));
         let mut app = self.app.clone();
-        Handling { response: app.call(req), connection: Some(Arc::clone(&self.connection)) }
+        Handling { response: app.call(req.map(Body::new)), connection: Some(Arc::clone(&self.connection)) }
     }
 }
 
 /// The router's response future; its body tells the connection when the response is done.
 pub struct Handling {
-    response: RouteFuture<Infallible>,
+    response: EdgeFuture<<Routed as Service<axum::extract::Request>>::Future>,
     connection: Option<Arc<Connection>>,
 }
 

@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::connection::Authenticate;
 use super::extract::{header_text, is_json, no_inbound_secret, signature_refused};
 use crate::auth::{Access, Auth, Caller, Role};
 use crate::domain::{CommandId, GateId, LoopId, SessionId};
@@ -25,12 +26,18 @@ use crate::webhook::sign;
 pub struct GuardState {
     pub auth: Arc<Auth>,
     pub access: Access,
+    pub template: RouteTemplate,
 }
 
 pub async fn guard(State(guard): State<GuardState>, mut req: Request, next: Next) -> Response {
-    match check(&guard, &mut req).await {
+    let mut response = match check(&guard, &mut req).await {
         Ok(caller) => {
             let principal = caller.principal();
+            // A request let through with a token or the login cookie authenticates its connection
+            // (see `connection`).
+            if let (Caller::Token(_), Some(connection)) = (&caller, req.extensions().get::<Authenticate>()) {
+                connection.authenticated();
+            }
             req.extensions_mut().insert(caller);
             let mut response = next.run(req).await;
             // For the request log, which runs outside the route and so never sees the caller.
@@ -40,15 +47,22 @@ pub async fn guard(State(guard): State<GuardState>, mut req: Request, next: Next
             response
         }
         Err(e) => e.into_response(),
-    }
+    };
+    // Refusals carry it too: the log and the metrics name the route of every response.
+    response.extensions_mut().insert(guard.template);
+    response
 }
 
 /// The name a request was made as (a token's, `answer-link`, `webhook`), on its response.
 #[derive(Debug, Clone)]
 pub struct Principal(pub String);
 
+/// The path template of the route that answered, on its response.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteTemplate(pub &'static str);
+
 async fn check(guard: &GuardState, req: &mut Request) -> Result<Caller, ApiError> {
-    let GuardState { auth, access } = guard;
+    let GuardState { auth, access, .. } = guard;
     let client =
         req.extensions().get::<ConnectInfo<SocketAddr>>().map(|peer| auth.client_address(peer.ip(), req.headers()));
     req.extensions_mut().insert(ClientAddress(client));

@@ -3,6 +3,7 @@
 
 mod assets;
 mod connection;
+mod edge;
 mod events;
 mod extract;
 mod gates;
@@ -18,6 +19,7 @@ mod sse;
 mod webhooks;
 
 pub use connection::ReadTimeouts;
+pub use edge::Edge;
 pub use pages::PageReads;
 pub use server::{ConnectionLimits, OpenFileLimitError, raise_open_file_limit, serve};
 pub use sse::enduring_frame;
@@ -26,7 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
 use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
@@ -34,20 +35,17 @@ use axum::routing::MethodRouter;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
-use tower_http::sensitive_headers::{SetSensitiveRequestHeadersLayer, SetSensitiveResponseHeadersLayer};
-use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
+use tower::ServiceBuilder;
+use tower::util::Either;
+use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
 
-use crate::auth::{Access, Auth, Caller};
+use crate::auth::{Access, Auth};
 use crate::bus::Bus;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{PageLimit, Store};
 use crate::supervise::Supervisor;
-use connection::Authenticate;
+use guard::RouteTemplate;
 
 /// Limits that handlers enforce.
 #[derive(Debug, Clone)]
@@ -161,136 +159,39 @@ pub fn route_table() -> Vec<(Method, &'static str, Access)> {
     routes().into_iter().map(|r| (r.method, r.path, r.access)).collect()
 }
 
+/// The whole application as every connection serves it: the edge around the router (and CORS,
+/// when configured).
+pub type App = Edge<Routed>;
+
+/// The router, behind CORS when origins are configured.
+pub type Routed = Either<Cors<Router>, Router>;
+
 /// The whole application, ready to serve.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState) -> App {
     let metrics = Arc::clone(&state.metrics);
     let cors = cors(state.auth.security.cors_origins());
-    let credentials = !state.auth.security.is_open();
     let mut router = Router::new();
     for route in routes() {
-        let guarded = guard::GuardState { auth: Arc::clone(&state.auth), access: route.access };
-        let mut handler = route.handler;
-        if credentials {
-            // Behind the guard: a request it let through with a token or login cookie
-            // authenticates its connection (see `connection`).
-            handler = handler.layer(axum::middleware::map_request(authenticates_connection));
-        }
-        let template = RouteTemplate(route.path);
-        let handler = handler
-            .layer(axum::middleware::from_fn_with_state(guarded, guard::guard))
-            // Outside the guard, so its refusals carry it too: on the response, for `observe`,
-            // which wraps the route and so never sees its request's extensions.
-            .layer(axum::middleware::map_response(move |mut response: Response| async move {
-                response.extensions_mut().insert(template);
-                response
-            }));
+        let guarded = guard::GuardState {
+            auth: Arc::clone(&state.auth),
+            access: route.access,
+            template: RouteTemplate(route.path),
+        };
         // Routes sharing a path merge their methods.
-        router = router.route(route.path, handler);
+        router =
+            router.route(route.path, route.handler.layer(axum::middleware::from_fn_with_state(guarded, guard::guard)));
     }
-    router
+    let router = router
         .fallback(|| async { ApiError::NotFound("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .with_state(state)
-        .layer(tower::util::option_layer(cors))
-        // Outermost last: panics become JSON 500s inside the request's span.
-        .layer(CatchPanicLayer::custom(|_| ApiError::internal("handler panicked").into_response()))
-        .layer(axum::middleware::from_fn_with_state(metrics, observe))
-        .layer(
-            // Spans record the matched route, never the raw URI (later it may carry a token), and
-            // the request id that the client also gets back, so a 500 can be found in the log.
-            // The span only: `observe` writes the one line per request (errors included).
-            TraceLayer::new_for_http()
-                .make_span_with(|req: &Request| {
-                    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str());
-                    let id = req.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
-                    tracing::info_span!("request", method = %req.method(), route, request_id = id.unwrap_or("-"))
-                })
-                .on_request(())
-                .on_response(())
-                .on_failure(())
-                .on_eos(()),
-        )
-        .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        // Every answer, errors included, is what its Content-Type says and nothing else.
-        .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
-        // API answers are one caller's view at one moment (and may name its gates or tokens): no
-        // cache, shared or private, may keep them. Pages, files and streams set their own.
-        .layer(SetResponseHeaderLayer::if_not_present(header::CACHE_CONTROL, |response: &Response| {
-            let json = response.headers().get(header::CONTENT_TYPE).is_some_and(|ct| extract::is_json(ct.as_bytes()));
-            json.then_some(HeaderValue::from_static("no-store"))
-        }))
-        // Outermost: whatever logs a request or response later shows these as redacted.
-        .layer(SetSensitiveResponseHeadersLayer::new([header::SET_COOKIE]))
-        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+        .with_state(state);
+    // Around the router, not inside it: `Router::layer` would wrap and box every route.
+    Edge::new(ServiceBuilder::new().option_layer(cors).service(router), metrics)
 }
 
 /// The metrics alone, without a guard, for `--metrics-bind` (a listener of their own).
 pub fn metrics_router(state: AppState) -> Router {
     Router::new().route("/metrics", axum::routing::get(meta::metrics)).with_state(state)
-}
-
-/// The request log and the request metrics, for every request: one line each (request id,
-/// route template, status, latency, principal; at INFO, WARN for a 503 and ERROR for other 5xx,
-/// with their cause), and the counters and latency histogram by route template. This is the one
-/// place errors are logged: a response carries its `Failure`, the guard its `Principal`.
-async fn observe(State(metrics): State<Arc<Metrics>>, req: Request, next: axum::middleware::Next) -> Response {
-    let started = Instant::now();
-    let method = match *req.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    };
-    // A shared handle on the id's bytes, not a copy: the request is gone once it is handled.
-    let request_id = req.extensions().get::<RequestId>().cloned();
-    let response = next.run(req).await;
-    let took = started.elapsed();
-    let status = response.status().as_u16();
-    let route = response.extensions().get::<RouteTemplate>().map_or("unmatched", |t| t.0);
-    metrics.request(method, route, status, took);
-    let failure = response.extensions().get::<crate::error::Failure>();
-    let principal = response.extensions().get::<guard::Principal>().map(|p| p.0.as_str());
-    let code = failure.map(|f| f.code);
-    if method == "POST"
-        && ANSWER_ROUTES.contains(&route)
-        && let Some(code) = code
-    {
-        metrics.answer_refused(code);
-    }
-    let cause = failure.and_then(|f| f.cause.as_deref());
-    let request_id = request_id.as_ref().and_then(|id| id.header_value().to_str().ok()).unwrap_or("-");
-    let latency_ms = took.as_secs_f64() * 1000.0;
-    macro_rules! log {
-        ($level:ident) => {
-            tracing::$level!(request_id, method, route, status, latency_ms, principal, code, cause, "request")
-        };
-    }
-    match status {
-        503 => log!(warn),
-        500.. => log!(error),
-        _ => log!(info),
-    }
-    response
-}
-
-/// The path template of the route that answered, on its response.
-#[derive(Debug, Clone, Copy)]
-struct RouteTemplate(&'static str);
-
-/// The routes that answer a gate, whose refusals the metrics count by code.
-const ANSWER_ROUTES: [&str; 2] = ["/v1/sessions/{session_id}/gates/{gate_id}", "/v1/answers/{token}"];
-
-/// Marks the request's connection authenticated when the guard let it through with a token or
-/// its login cookie.
-async fn authenticates_connection(req: Request) -> Request {
-    if let (Some(Caller::Token(_)), Some(connection)) =
-        (req.extensions().get::<Caller>(), req.extensions().get::<Authenticate>())
-    {
-        connection.authenticated();
-    }
-    req
 }
 
 /// Cross-origin access for the listed origins only, with credentials; never a wildcard. With

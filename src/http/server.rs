@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -32,6 +31,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::App;
 use super::connection::{Connection, ConnectionIo, ConnectionService, ReadTimeouts};
 use crate::auth::{ClientKey, TrustedProxies};
 use crate::metrics::Metrics;
@@ -117,7 +117,7 @@ pub fn raise_open_file_limit(max_connections: u32) -> Result<u64, OpenFileLimitE
 /// the requests in flight get `grace` to finish, and what is still open after it is closed.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: App,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
     grace: Duration,
