@@ -240,9 +240,10 @@ async fn a_truncated_database_gives_a_clear_error_at_start() {
     drop(dir);
 }
 
-/// The writer checkpoints the WAL itself, after a batch's replies (SQLite's automatic checkpoint
-/// is replaced): the WAL file, which never shrinks, stays near the checkpoint threshold of 1000
-/// frames while far more are written. Were checkpoints lost, it would hold every frame written.
+/// The checkpointer copies the WAL back beside the writer (SQLite's automatic checkpoint is
+/// replaced): the WAL file, which never shrinks, stays near the checkpoint threshold of 1000
+/// frames while far more are written. Were its checkpoints lost, the writer's own fallback would
+/// let it grow to 4000 frames; were both lost, it would hold every frame written.
 #[tokio::test]
 async fn the_writer_keeps_the_wal_near_its_checkpoint_threshold() {
     if sqlite_only("the SQLite WAL") {

@@ -4,6 +4,7 @@
 //! a transaction across an `.await`. One process owns the file (`<db>.lock`).
 
 mod baseline;
+mod checkpointer;
 pub(crate) mod files;
 mod gates;
 mod inbox;
@@ -37,6 +38,7 @@ use crate::domain::{
     Timestamp,
 };
 use crate::metrics::WriterMetrics;
+use checkpointer::Checkpointer;
 use writer::{Job, Msg, Writer};
 
 /// How many write jobs may queue before senders wait.
@@ -164,6 +166,10 @@ impl SqliteStore {
             fault_file: config.fault_file,
             runtime: tokio::runtime::Handle::current(),
             wal_frames: Default::default(),
+            checkpointer: Some(
+                Checkpointer::start(&config.path, config.durability)
+                    .map_err(|e| OpenError::Database(format!("cannot start the checkpointer: {e}")))?,
+            ),
         };
         let thread = std::thread::Builder::new()
             .name("gatehouse-writer".into())

@@ -186,10 +186,7 @@ pub fn open_writer(path: &Path, durability: Durability, key_file: &Path) -> Resu
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(OpenError::Database(format!("{}: could not switch to WAL (got {mode})", path.display())));
     }
-    let sync = match durability {
-        Durability::Full => "FULL",
-        Durability::Normal => "NORMAL",
-    };
+    let sync = synchronous(durability);
     // `temp_store = MEMORY` keeps the statement journal of each job's savepoint in memory: on
     // the default (a file) every batch that outgrows 64 KiB of it writes, then deletes, a file.
     conn.execute_batch(&format!(
@@ -247,6 +244,24 @@ fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
         r.get::<_, i64>(0)
     })
     .map(|n| n > 0)
+}
+
+/// `PRAGMA synchronous` for a durability.
+fn synchronous(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    }
+}
+
+/// Opens the checkpointer's connection (after the writer's, which created and migrated the
+/// file): it writes only what a checkpoint copies, and syncs it as hard as the writer syncs.
+pub fn open_checkpointer(path: &Path, durability: Durability) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    tune(&conn)?;
+    conn.execute_batch(&format!("PRAGMA synchronous = {};", synchronous(durability)))?;
+    Ok(conn)
 }
 
 /// Opens a read-only connection (the writer has already created and migrated the file).

@@ -22,6 +22,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+use super::checkpointer::Checkpointer;
 use crate::bus::{Bus, Effect};
 use crate::domain::Timestamp;
 use crate::metrics::WriterMetrics;
@@ -29,8 +30,11 @@ use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
 const MAX_BATCH: usize = 256;
-/// WAL frames after which the writer checkpoints them into the main file (SQLite's own default).
+/// WAL frames after which the checkpointer copies them into the main file (SQLite's own default).
 const CHECKPOINT_FRAMES: i32 = 1000;
+/// WAL frames after which the writer checkpoints itself, between batches: steady writes gave the
+/// checkpointer no moment to copy every frame, so SQLite could not start the WAL over.
+const INLINE_CHECKPOINT_FRAMES: i32 = 4 * CHECKPOINT_FRAMES;
 /// How often an unhealthy writer probes the database with a tiny real write.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// SQLite's default `max_page_count`, restored when a `full:N` fault is lifted.
@@ -137,6 +141,8 @@ pub(super) struct Writer {
     pub runtime: tokio::runtime::Handle,
     /// Frames in the WAL after the last commit (SQLite's WAL hook tells).
     pub wal_frames: Arc<AtomicI32>,
+    /// Checkpoints beside the writer; without one, the writer checkpoints at `CHECKPOINT_FRAMES`.
+    pub checkpointer: Option<Checkpointer>,
 }
 
 impl Writer {
@@ -145,7 +151,7 @@ impl Writer {
         // If this thread dies unexpectedly, readiness must say so.
         let _watch = DeathWatch(Arc::clone(&self.health));
         // Replaces SQLite's automatic checkpoint, which runs inside the COMMIT that fills the WAL
-        // and so holds back the replies of that batch: `checkpoint` runs it after they are out.
+        // and so holds back the replies of that batch: see `checkpoint`.
         let frames = Arc::clone(&self.wal_frames);
         let hooked = self.conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
             frames.store(pages, Ordering::Relaxed);
@@ -274,12 +280,19 @@ impl Writer {
         }
     }
 
-    /// Copies the WAL back into the main file once it holds `CHECKPOINT_FRAMES`, between batches
-    /// as SQLite's automatic checkpoint would, but after the replies. PASSIVE: it never waits for
-    /// readers; what they still need is copied after a later batch.
+    /// Once the WAL holds `CHECKPOINT_FRAMES`, asks the checkpointer to copy it back into the main
+    /// file; past `INLINE_CHECKPOINT_FRAMES` (or without a checkpointer), copies it itself, between
+    /// batches as SQLite's automatic checkpoint would, but after the replies. PASSIVE: it never
+    /// waits for readers or for the checkpointer; what they still need is copied after a later batch.
     fn checkpoint(&self) {
-        if self.wal_frames.load(Ordering::Relaxed) < CHECKPOINT_FRAMES {
+        let frames = self.wal_frames.load(Ordering::Relaxed);
+        if frames < CHECKPOINT_FRAMES {
             return;
+        }
+        if let Some(checkpointer) = &self.checkpointer
+            && frames < INLINE_CHECKPOINT_FRAMES
+        {
+            return checkpointer.request();
         }
         if let Err(e) = self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(error = %e, "WAL checkpoint failed; the next batch tries again");
@@ -369,6 +382,8 @@ impl Writer {
         if !rest.is_empty() {
             self.commit_batch(rest);
         }
+        // Its checkpoint in progress ends first: the last one, below, must copy every frame.
+        drop(self.checkpointer.take());
         if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
             tracing::warn!(error = %e, "final checkpoint failed");
         }
@@ -424,6 +439,7 @@ mod tests {
             fault_file: None,
             runtime: runtime.handle().clone(),
             wal_frames: Arc::default(),
+            checkpointer: None,
         };
         writer.run();
         (dir, path)
