@@ -1,6 +1,6 @@
 //! The embedded backend: one SQLite file in WAL mode. Writes go through the one writer thread
 //! (`writer`), which rings the bus after each commit; reads use separate read-only connections on
-//! blocking threads (single-row lookups run in place, see `lookup`), and never hold a statement or
+//! blocking threads (short indexed reads run in place, see `lookup`), and never hold a statement or
 //! a transaction across an `.await`. One process owns the file (`<db>.lock`).
 
 mod baseline;
@@ -205,9 +205,9 @@ impl SqliteStore {
         reply.await.map_err(|_| StoreError::Internal("a write job failed without a reply".into()))?
     }
 
-    /// Runs a single-row lookup by key right here on the calling task: it takes microseconds,
-    /// while handing it to a blocking thread costs two thread wake-ups, several times the lookup
-    /// itself (the gate lookup of every GET and every answer). It runs only on an idle warm
+    /// Runs a short indexed read right here on the calling task: it takes microseconds, while
+    /// handing it to a blocking thread costs two thread wake-ups, several times the read itself
+    /// (the gate lookup of every GET and every answer, a loop's inbox page). It runs only on an idle warm
     /// connection told not to wait for locks, so it can never put a runtime thread to sleep: with
     /// no idle connection, or should SQLite have to wait, it runs as an ordinary `read`.
     async fn lookup<T, F>(&self, work: F) -> Result<T, StoreError>
@@ -335,7 +335,9 @@ impl Backend for SqliteStore {
         page: PageLimit,
         include_acked: bool,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        self.read(move |conn| inbox::list(conn, session, loop_id, after, page, include_acked)).await
+        // In place: the agent is waiting on this read (its long-poll just woke), and it is one
+        // range of one loop's index, bounded by the page.
+        self.lookup(move |conn| inbox::list(conn, session, loop_id, after, page, include_acked)).await
     }
 
     async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage, StoreError> {
