@@ -14,6 +14,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod log_writer;
 pub mod metrics;
 pub mod store;
 pub mod supervise;

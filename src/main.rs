@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use gatehouse::config::{Cli, Command, LogFormat};
+use gatehouse::log_writer::MAX_QUEUED;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -28,13 +29,15 @@ fn main() -> ExitCode {
     let mut log_flush = None;
     match &cli.command {
         Command::Serve(args) => {
-            // A server writes a line per request: from a thread of its own, so a request pays for
-            // formatting only, a burst of lines leaves in one write, and a log reader that falls
-            // behind delays no request until 128k lines are queued (then they wait, none is lost).
-            let (stderr, flush) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-                .lossy(false)
-                .thread_name("gatehouse-log")
-                .finish(std::io::BufWriter::new(std::io::stderr()));
+            // A server writes a line per request: gathered and written in batches by a thread of
+            // its own (see `log_writer`), so a request pays for formatting and a copy only.
+            let (stderr, flush) = match gatehouse::log_writer::start(std::io::stderr(), MAX_QUEUED) {
+                Ok(started) => started,
+                Err(e) => {
+                    eprintln!("gatehouse: cannot start the log thread: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             log_flush = Some(flush);
             let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(stderr);
             match args.log_format {
