@@ -13,7 +13,12 @@ use std::path::Path;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 
+use rusqlite::Connection;
+
 use super::{Durability, schema};
+
+/// How many checkpoints one request may run to copy every frame.
+const CATCH_UP_PASSES: usize = 4;
 
 /// The handle the writer keeps. Dropping it stops the thread, after the checkpoint in progress.
 pub(super) struct Checkpointer {
@@ -29,9 +34,7 @@ impl Checkpointer {
         let (wake, asked) = mpsc::sync_channel::<()>(1);
         let thread = std::thread::Builder::new().name("gatehouse-checkpoint".into()).spawn(move || {
             while asked.recv().is_ok() {
-                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                    tracing::warn!(error = %e, "WAL checkpoint failed; the next request tries again");
-                }
+                catch_up(&conn);
             }
         })?;
         Ok(Self { wake: Some(wake), thread: Some(thread) })
@@ -44,6 +47,23 @@ impl Checkpointer {
                 Ok(()) | Err(TrySendError::Full(())) => {}
                 Err(TrySendError::Disconnected(())) => tracing::warn!("the checkpointer has stopped"),
             }
+        }
+    }
+}
+
+/// Copies the WAL into the main file, then again what was committed meanwhile, and so on (a few
+/// times at most): SQLite starts the WAL over only once every frame is copied, and the frames of
+/// the commits made during a checkpoint are few, so the next pass is short.
+fn catch_up(conn: &Connection) {
+    for _ in 0..CATCH_UP_PASSES {
+        // (busy, frames in the WAL, frames copied): busy when the writer is checkpointing itself.
+        let pass = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        });
+        match pass {
+            Ok((0, frames, copied)) if copied < frames => {}
+            Ok(_) => return,
+            Err(e) => return tracing::warn!(error = %e, "WAL checkpoint failed; the next request tries again"),
         }
     }
 }

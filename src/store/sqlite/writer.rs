@@ -281,9 +281,10 @@ impl Writer {
     }
 
     /// Once the WAL holds `CHECKPOINT_FRAMES`, asks the checkpointer to copy it back into the main
-    /// file; past `INLINE_CHECKPOINT_FRAMES` (or without a checkpointer), copies it itself, between
-    /// batches as SQLite's automatic checkpoint would, but after the replies. PASSIVE: it never
-    /// waits for readers or for the checkpointer; what they still need is copied after a later batch.
+    /// file, after every batch until SQLite starts the WAL over (a pass copies only what is new).
+    /// Past `INLINE_CHECKPOINT_FRAMES` (or without a checkpointer) the writer copies it itself,
+    /// between batches as SQLite's automatic checkpoint would, but after the replies. PASSIVE: it
+    /// never waits for readers or for the checkpointer; what they still need is copied later.
     fn checkpoint(&self) {
         let frames = self.wal_frames.load(Ordering::Relaxed);
         if frames < CHECKPOINT_FRAMES {
