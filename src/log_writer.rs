@@ -1,11 +1,11 @@
 //! The server's log writer. A server writes a line per request; handing each line to a log thread
-//! over a channel woke that thread for every line (a futex call on both sides, a context switch,
-//! and one `write` per line: a tenth of a GET's CPU). Here lines gather in one buffer and the log
-//! thread, once woken by the first line, gathers for `GATHER` before it writes them all at once.
-//! So a request pays for formatting its line and copying it under a lock; lines reach stderr at
-//! most `GATHER` late; a reader that falls behind delays no request until `max_queued` bytes
-//! wait (then writers wait too: no line is ever dropped). Lines still gathering when the process
-//! is SIGKILLed are lost.
+//! over a channel woke that thread for every line (futex calls, `sched_yield` while it spun, and
+//! one `write` per line: about three system calls per request). Here lines gather in one buffer
+//! and the log thread, once woken by the first line, gathers for `GATHER` before it writes them
+//! all at once. So a request pays for formatting its line and copying it under a lock; lines
+//! reach stderr at most `GATHER` late; a reader that falls behind delays no request until
+//! `max_queued` bytes wait (then writers wait too: no line is ever dropped). Lines still gathering
+//! when the process is SIGKILLed are lost.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 use gatehouse::config::{Cli, Command, LogFormat};
-use gatehouse::log_writer::MAX_QUEUED;
+use gatehouse::log_writer;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             // A server writes a line per request: gathered and written in batches by a thread of
             // its own (see `log_writer`), so a request pays for formatting and a copy only.
-            let (stderr, flush) = match gatehouse::log_writer::start(std::io::stderr(), MAX_QUEUED) {
+            let (stderr, flush) = match log_writer::start(std::io::stderr(), log_writer::MAX_QUEUED) {
                 Ok(started) => started,
                 Err(e) => {
                     eprintln!("gatehouse: cannot start the log thread: {e}");
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             log_flush = Some(flush);
             let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(stderr);
             match args.log_format {
-                LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).flatten_event(true).init(),
+                LogFormat::Json => logs.json().flatten_event(true).init(),
                 LogFormat::Text => logs.with_ansi(ansi).init(),
             }
         }

@@ -40,9 +40,8 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use super::edge::EdgeFuture;
 use super::server::AddressSlot;
-use super::{App, Routed};
+use super::{App, AppFuture};
 use crate::metrics::Metrics;
 
 /// How long a connection may wait for what it waits for between requests.
@@ -311,7 +310,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
 
 /// The router's response future; its body tells the connection when the response is done.
 pub struct Handling {
-    response: EdgeFuture<<Routed as Service<axum::extract::Request>>::Future>,
+    response: AppFuture,
     connection: Option<Arc<Connection>>,
 }
 

@@ -7,8 +7,8 @@
 //!
 //! One hand-written service instead of a tower layer per concern: axum's `Router::layer` wraps
 //! every route in each layer and boxes the stack, which then is cloned for every request, and each
-//! `from_fn` boxes its future and its `Next` again. Here the request pays one small clone and no
-//! allocation of its own.
+//! `from_fn` boxes its future and its `Next` again. Here the request pays one small clone, and one
+//! allocation for a fresh id.
 
 use std::any::Any;
 use std::convert::Infallible;

@@ -166,6 +166,9 @@ pub type App = Edge<Routed>;
 /// The router, behind CORS when origins are configured.
 pub type Routed = Either<Cors<Router>, Router>;
 
+/// What a connection waits on for each response.
+pub type AppFuture = <App as tower::Service<axum::extract::Request>>::Future;
+
 /// The whole application, ready to serve.
 pub fn router(state: AppState) -> App {
     let metrics = Arc::clone(&state.metrics);

@@ -240,15 +240,12 @@ async fn a_truncated_database_gives_a_clear_error_at_start() {
     drop(dir);
 }
 
-/// Frames of the WAL file beside `db` (it never shrinks: SQLite writes it over from its start).
-fn wal_frames(db: &std::path::Path) -> u64 {
-    let wal = std::fs::metadata(db.with_extension("db-wal")).expect("a WAL beside the database").len();
-    wal / (4096 + 24)
-}
-
-/// Opens and answers `rounds` gates with 4 KB questions (each round writes several full pages),
-/// pausing `pause` after each.
-async fn write_rounds(app: &TestApp, rounds: usize, pause: Duration) {
+/// On a fresh server, opens and answers `rounds` gates with 4 KB questions (each round writes
+/// several full pages), pausing `pause` after each; then the frames the WAL file holds (it never
+/// shrinks: SQLite writes it over from its start).
+async fn wal_frames_after(rounds: usize, pause: Duration) -> u64 {
+    let (_dir, db) = temp_db();
+    let app = TestApp::start(&db, |_| {}).await;
     let (session, loop_id) = (uuid(), uuid());
     let question = "q".repeat(4000);
     for n in 0..rounds {
@@ -256,6 +253,9 @@ async fn write_rounds(app: &TestApp, rounds: usize, pause: Duration) {
         app.answer(&session, &gate, &format!("answer {n}")).await.expect(202);
         tokio::time::sleep(pause).await;
     }
+    let wal = std::fs::metadata(db.with_extension("db-wal")).expect("a WAL beside the database").len();
+    drop(app.stop().await);
+    wal / (4096 + 24)
 }
 
 /// Under a light load the checkpointer alone copies the WAL back, beside the writer, and SQLite
@@ -267,11 +267,8 @@ async fn the_checkpointer_keeps_the_wal_near_its_threshold() {
     if sqlite_only("the SQLite WAL") {
         return;
     }
-    let (_dir, db) = temp_db();
-    let app = TestApp::start(&db, |_| {}).await;
-    write_rounds(&app, 300, Duration::from_millis(3)).await;
-    assert!(wal_frames(&db) < 1600, "the WAL holds {} frames", wal_frames(&db));
-    drop(app.stop().await);
+    let frames = wal_frames_after(300, Duration::from_millis(3)).await;
+    assert!(frames < 1600, "the WAL holds {frames} frames");
 }
 
 /// Writes back to back leave a checkpoint beside them no moment to copy every frame, so SQLite
@@ -282,9 +279,6 @@ async fn steady_writes_keep_the_wal_bounded() {
     if sqlite_only("the SQLite WAL") {
         return;
     }
-    let (_dir, db) = temp_db();
-    let app = TestApp::start(&db, |_| {}).await;
-    write_rounds(&app, 900, Duration::ZERO).await;
-    assert!(wal_frames(&db) < 4600, "the WAL holds {} frames", wal_frames(&db));
-    drop(app.stop().await);
+    let frames = wal_frames_after(900, Duration::ZERO).await;
+    assert!(frames < 4600, "the WAL holds {frames} frames");
 }

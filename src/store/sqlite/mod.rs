@@ -207,9 +207,10 @@ impl SqliteStore {
 
     /// Runs a short indexed read right here on the calling task: it takes microseconds, while
     /// handing it to a blocking thread costs two thread wake-ups, several times the read itself
-    /// (the gate lookup of every GET and every answer, a loop's inbox page). It runs only on an idle warm
-    /// connection told not to wait for locks, so it can never put a runtime thread to sleep: with
-    /// no idle connection, or should SQLite have to wait, it runs as an ordinary `read`.
+    /// (the gate lookup of every GET and every answer, a loop's inbox page). It runs only on an
+    /// idle warm connection told not to wait for locks, so it can never put a runtime thread to
+    /// sleep: with no idle connection, or should SQLite have to wait, it runs as an ordinary
+    /// `read`.
     async fn lookup<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
