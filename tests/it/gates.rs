@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, ask, bounded, gate_id, uuid};
+use crate::helpers::{TestApp, answer, ask, bounded, gate_id, uuid};
 
 #[tokio::test]
 async fn an_open_gate_has_the_harness_envelope_and_two_events() {
@@ -291,6 +291,49 @@ async fn wait_returns_when_the_gate_is_answered() {
     assert_eq!(resolved["state"], "resolved");
     assert_eq!(resolved["answer"], "here");
     assert_eq!(resolved["resolved_seq"], accepted["journal_seq"]);
+}
+
+/// A gate once read is served from memory (the SQLite store's gate cache). Whatever changes it
+/// must be seen by every read that follows the change's reply: by a GET, by a long-poll the change
+/// woke, and by the answer path's own lookup (a replay finds its key, a late answer the winner),
+/// also while other reads keep the gate cached up to the moment it changes.
+#[tokio::test]
+async fn a_gate_read_before_it_changes_is_never_served_stale_after() {
+    let app = TestApp::spawn().await;
+    let (session, loop_id) = (uuid(), uuid());
+    for round in 0..20 {
+        let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), &format!("Round {round}?"))).await);
+        let path = format!("/v1/sessions/{session}/gates/{gate}");
+        assert_eq!(app.get(&path).await.expect(200).json()["state"], "open");
+        let waiter = app.spawn_get(format!("{path}/wait?timeout=60"));
+        app.parked_on_gate(&gate, 1).await;
+
+        // Readers keep reading the gate while it is answered.
+        let readers: Vec<_> = (0..4).map(|_| app.spawn_get(path.clone())).collect();
+        let key = format!("round-{round}");
+        let accepted = app.post_with(&path, &[("idempotency-key", &key)], &answer("yes")).await.expect(202).json();
+        let view = app.get(&path).await.expect(200).json();
+        assert_eq!(view["state"], "resolved", "round {round}: the GET after the 202");
+        assert_eq!(view["resolved_seq"], accepted["journal_seq"]);
+        let woken = bounded("the long-poll returns", waiter).await.unwrap().expect(200).json();
+        assert_eq!(woken["state"], "resolved", "round {round}: the long-poll the answer woke");
+        for reader in readers {
+            let state = reader.await.unwrap().expect(200).json()["state"].clone();
+            assert!(state == "open" || state == "resolved", "{state}");
+        }
+
+        let replay = app.post_with(&path, &[("idempotency-key", &key)], &answer("yes")).await.expect(202).json();
+        assert_eq!(replay, accepted, "round {round}: the replay finds the winner's key");
+        let late = app.answer(&session, &gate, "no").await.expect_error(409, "gate_not_ready");
+        assert_eq!(late["error"]["resolution"], view["resolution"]);
+    }
+
+    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Close me")).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    assert_eq!(app.get(&path).await.expect(200).json()["state"], "open");
+    app.post(&format!("{path}/close"), &json!({})).await.expect(200);
+    assert_eq!(app.get(&path).await.expect(200).json()["state"], "closed");
+    assert_eq!(app.get(&format!("/v1/gates/{gate}")).await.expect(200).json()["state"], "closed");
 }
 
 #[tokio::test]

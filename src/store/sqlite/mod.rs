@@ -4,6 +4,7 @@
 //! a transaction across an `.await`. One process owns the file (`<db>.lock`).
 
 mod baseline;
+mod cache;
 mod checkpointer;
 pub(crate) mod files;
 mod gates;
@@ -23,6 +24,7 @@ use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 pub use baseline::{OneTransactionPerAnswer, minimal_claims_per_second};
+use cache::GateCache;
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, PendingCommit};
 
@@ -118,6 +120,7 @@ struct Inner {
     path: PathBuf,
     jobs: mpsc::Sender<Msg>,
     readers: Mutex<Vec<Connection>>,
+    cache: Arc<GateCache>,
     reader_slots: Arc<tokio::sync::Semaphore>,
     health: Arc<Health>,
     lock: Mutex<Option<File>>,
@@ -155,10 +158,12 @@ impl SqliteStore {
         let bus = Arc::new(Bus::new(head, frame));
         let health = Arc::new(Health::default());
         let (jobs, rx) = mpsc::channel(QUEUE_DEPTH);
+        let cache = Arc::new(GateCache::default());
         let writer = Writer {
             conn,
             rx,
             bus: Arc::clone(&bus),
+            cache: Arc::clone(&cache),
             health: Arc::clone(&health),
             before_commit: config.before_commit,
             metrics: config.writer_metrics,
@@ -180,6 +185,7 @@ impl SqliteStore {
                 path: config.path,
                 jobs,
                 readers: Mutex::new(Vec::new()),
+                cache,
                 reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 health,
                 lock: Mutex::new(Some(lock)),
@@ -317,7 +323,15 @@ impl Backend for SqliteStore {
     }
 
     async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
-        self.lookup(move |conn| gates::find(conn, gate)).await
+        let miss = match self.inner.cache.get(gate) {
+            Ok(record) => return Ok(Some(record)),
+            Err(miss) => miss,
+        };
+        let record = self.lookup(move |conn| gates::find(conn, gate)).await?;
+        if let Some(record) = &record {
+            self.inner.cache.fill(miss, record);
+        }
+        Ok(record)
     }
 
     async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>, StoreError> {

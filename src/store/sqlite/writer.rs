@@ -22,6 +22,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+use super::cache::GateCache;
 use super::checkpointer::Checkpointer;
 use crate::bus::{Bus, Effect};
 use crate::domain::Timestamp;
@@ -133,6 +134,8 @@ pub(super) struct Writer {
     pub conn: Connection,
     pub rx: mpsc::Receiver<Msg>,
     pub bus: Arc<Bus>,
+    /// Told which gates each commit changed, before the bus and the replies are.
+    pub cache: Arc<GateCache>,
     pub health: Arc<Health>,
     pub before_commit: Option<BeforeCommit>,
     pub metrics: Arc<WriterMetrics>,
@@ -269,6 +272,10 @@ impl Writer {
                 self.health.set(true);
                 self.metrics.committed(done.len(), started.elapsed());
                 let effects: Vec<Effect> = done.iter_mut().flat_map(|r| r.effects.drain(..)).collect();
+                self.cache.forget(effects.iter().filter_map(|effect| match effect {
+                    Effect::Gate(gate) => Some(*gate),
+                    _ => None,
+                }));
                 self.bus.publish(effects);
                 for ran in done {
                     (ran.reply)(Ok(()));
@@ -314,6 +321,7 @@ impl Writer {
             tracing::error!(error = %e, "ROLLBACK failed; the next batch retries it");
         }
         tracing::error!(%cause, jobs = ran.len() + not_run.len(), "write transaction failed");
+        self.cache.clear();
         self.metrics.storage_error();
         self.health.set(false);
         let err = StoreError::Unavailable(cause);
@@ -433,6 +441,7 @@ mod tests {
             conn: schema::open_writer(&path, Durability::Normal, &dir.path().join("writer.key")).unwrap().0,
             rx,
             bus: Arc::clone(bus),
+            cache: Arc::default(),
             health: Arc::default(),
             before_commit: None,
             metrics: Arc::default(),
