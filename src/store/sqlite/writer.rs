@@ -289,16 +289,20 @@ impl Writer {
 
     /// Once the WAL holds `CHECKPOINT_FRAMES`, asks the checkpointer to copy it back into the main
     /// file, after every batch until SQLite starts the WAL over (a pass copies only what is new).
-    /// Past `INLINE_CHECKPOINT_FRAMES` (or without a checkpointer) the writer copies it itself,
-    /// between batches as SQLite's automatic checkpoint would, but after the replies. PASSIVE: it
-    /// never waits for readers or for the checkpointer; what they still need is copied later.
+    /// The writer copies the WAL itself, between batches as SQLite's automatic checkpoint would
+    /// but after the replies, when the checkpointer left it a short tail (see `checkpointer`), past
+    /// `INLINE_CHECKPOINT_FRAMES`, or without a checkpointer. PASSIVE: it never waits for readers
+    /// or for the checkpointer; what they still need is copied later.
     fn checkpoint(&self) {
         let frames = self.wal_frames.load(Ordering::Relaxed);
+        // Taken at every batch, so a tail left before the WAL started over is dropped, not copied.
+        let tail = self.checkpointer.as_ref().is_some_and(Checkpointer::take_tail);
         if frames < CHECKPOINT_FRAMES {
             return;
         }
         if let Some(checkpointer) = &self.checkpointer
             && frames < INLINE_CHECKPOINT_FRAMES
+            && !tail
         {
             return checkpointer.request();
         }
