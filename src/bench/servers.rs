@@ -3,10 +3,10 @@
 //! process, so its memory can be read from `/proc` and it shares nothing with the load generator.
 //! Dropping one kills it by its PID and reaps it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -84,26 +84,7 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr is piped");
         let (tx, rx) = oneshot::channel();
         let label = name.to_owned();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let listening =
-                    line.split("listening on http://").nth(1).and_then(|rest| rest.split_whitespace().next());
-                match (listening.and_then(|a| a.parse::<SocketAddr>().ok()), tx.take()) {
-                    (Some(addr), Some(tx)) => {
-                        let _ = tx.send(addr);
-                    }
-                    (_, unsent) => {
-                        tx = unsent;
-                        // Keep draining the pipe; show only what may explain odd figures or a
-                        // server that would not start.
-                        if line.contains("WARN") || line.contains("ERROR") || line.starts_with("gatehouse") {
-                            eprintln!("  [{label}] {line}");
-                        }
-                    }
-                }
-            }
-        });
+        std::thread::spawn(move || drain(stderr, &label, tx));
         let mut server = Self { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)) };
         match tokio::time::timeout(STARTUP, rx).await {
             Ok(Ok(addr)) => {
@@ -123,6 +104,51 @@ impl Server {
             .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map(|kib| kib * 1024)
             .ok_or_else(|| BenchError("no VmRSS in /proc/PID/status".into()))
+    }
+}
+
+/// Reads a server's log to its end: line by line until it says where it listens (sent on
+/// `listening`), then in large chunks, looked at line by line only when a chunk holds something
+/// that may explain odd figures. The bench shares the machine with the servers, and gatehouse logs
+/// a line per request: reading those one by one cost the load generator CPU that the ceiling
+/// server, which logs nothing, never cost it.
+fn drain(stderr: ChildStderr, label: &str, listening: oneshot::Sender<SocketAddr>) {
+    let notable = |line: &[u8]| {
+        let finder = |needle: &[u8]| memchr::memmem::find(line, needle).is_some();
+        finder(b"WARN") || finder(b"ERROR") || line.starts_with(b"gatehouse")
+    };
+    let show = |line: &[u8]| eprintln!("  [{label}] {}", String::from_utf8_lossy(line).trim_end());
+    let mut reader = BufReader::with_capacity(1 << 16, stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if !matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let addr = text.split("listening on http://").nth(1).and_then(|rest| rest.split_whitespace().next());
+        match addr.and_then(|a| a.parse::<SocketAddr>().ok()) {
+            Some(addr) => {
+                let _ = listening.send(addr);
+                break;
+            }
+            None if notable(&line) => show(&line),
+            None => {}
+        }
+    }
+    let (mut pending, mut chunk) = (Vec::new(), vec![0; 1 << 16]);
+    while let Ok(read @ 1..) = reader.read(&mut chunk) {
+        pending.extend_from_slice(&chunk[..read]);
+        let Some(end) = memchr::memrchr(b'\n', &pending) else { continue };
+        let lines = &pending[..end];
+        if memchr::memmem::find(lines, b"WARN").is_some()
+            || memchr::memmem::find(lines, b"ERROR").is_some()
+            || memchr::memmem::find(lines, b"\ngatehouse").is_some()
+            || lines.starts_with(b"gatehouse")
+        {
+            lines.split(|&b| b == b'\n').filter(|l| notable(l)).for_each(show);
+        }
+        pending.drain(..=end);
     }
 }
 
