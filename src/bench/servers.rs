@@ -113,10 +113,6 @@ impl Server {
 /// a line per request: reading those one by one cost the load generator CPU that the ceiling
 /// server, which logs nothing, never cost it.
 fn drain(stderr: ChildStderr, label: &str, listening: oneshot::Sender<SocketAddr>) {
-    let notable = |line: &[u8]| {
-        let finder = |needle: &[u8]| memchr::memmem::find(line, needle).is_some();
-        finder(b"WARN") || finder(b"ERROR") || line.starts_with(b"gatehouse")
-    };
     let show = |line: &[u8]| eprintln!("  [{label}] {}", String::from_utf8_lossy(line).trim_end());
     let mut reader = BufReader::with_capacity(1 << 16, stderr);
     let mut line = Vec::new();
@@ -141,15 +137,19 @@ fn drain(stderr: ChildStderr, label: &str, listening: oneshot::Sender<SocketAddr
         pending.extend_from_slice(&chunk[..read]);
         let Some(end) = memchr::memrchr(b'\n', &pending) else { continue };
         let lines = &pending[..end];
-        if memchr::memmem::find(lines, b"WARN").is_some()
-            || memchr::memmem::find(lines, b"ERROR").is_some()
-            || memchr::memmem::find(lines, b"\ngatehouse").is_some()
-            || lines.starts_with(b"gatehouse")
-        {
+        if notable(lines) {
             lines.split(|&b| b == b'\n').filter(|l| notable(l)).for_each(show);
         }
         pending.drain(..=end);
     }
+}
+
+/// Whether these log lines (one, or a chunk of many) hold a warning, an error, or a line of the
+/// server's own (`gatehouse: …`, as it says before it exits): what may explain odd figures or a
+/// server that would not start.
+fn notable(lines: &[u8]) -> bool {
+    let holds = |needle: &[u8]| memchr::memmem::find(lines, needle).is_some();
+    holds(b"WARN") || holds(b"ERROR") || lines.starts_with(b"gatehouse") || holds(b"\ngatehouse")
 }
 
 impl Drop for Server {
