@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -49,6 +49,22 @@ pub async fn minimal_claims_per_second(dir: &Path, durability: Durability, claim
         .await?
         .map_err(|e| BenchError(format!("the minimal claim ceiling: {e}")))?;
     Ok(rate)
+}
+
+/// Milliseconds of each of `claims` minimal claims (as `minimal_claims_per_second`), one at a
+/// time and `pause` apart: the disk's own part of every durable answer.
+pub async fn minimal_claim_latencies_ms(
+    dir: &Path,
+    durability: Durability,
+    claims: usize,
+    pause: Duration,
+) -> Result<Vec<f64>, BenchError> {
+    let db = dir.join(format!("minimal-{}.db", uuid::Uuid::new_v4().simple()));
+    let latencies =
+        tokio::task::spawn_blocking(move || crate::store::minimal_claim_latencies_ms(&db, durability, claims, pause))
+            .await?
+            .map_err(|e| BenchError(format!("the minimal claim latency: {e}")))?;
+    Ok(latencies)
 }
 
 /// Frames a bare stream keeps for its slowest reader: more than any burst the bench publishes,

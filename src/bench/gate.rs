@@ -103,6 +103,11 @@ pub async fn gate_paths(addr: SocketAddr, count: usize) -> Result<Vec<String>, B
     Ok(gates.iter().map(|g| format!("/v1/sessions/{}/gates/{}", g.session, g.id)).collect())
 }
 
+/// How long a latency sample waits before it answers: the long-poll parks meanwhile, as an
+/// agent's waits before anyone answers, and the disk has been left alone about that long since
+/// the open's commit (the minimal claim latency ceiling pauses as long between its commits).
+pub const ANSWER_PAUSE: Duration = Duration::from_millis(2);
+
 /// Milliseconds from sending an answer until the asking loop's inbox long-poll returns it, one
 /// gate at a time. The long-poll is sent first, as a waiting agent's would be.
 pub async fn answer_to_agent_ms(addr: SocketAddr, samples: usize) -> Result<Vec<f64>, BenchError> {
@@ -129,8 +134,7 @@ pub async fn answer_to_agent_across_ms(
             (reply, Instant::now())
         };
         let answered = async {
-            // Gives the long-poll a moment to park, as an agent waits before anyone answers.
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(ANSWER_PAUSE).await;
             let sent = Instant::now();
             (person.send(&answer).await, sent)
         };

@@ -137,7 +137,7 @@ impl Plan {
                 duration: Duration::from_secs(2),
                 answers: 6000,
                 sqlite_answers: 2000,
-                latency_samples: 200,
+                latency_samples: 500,
                 fanout_frames: 500,
                 ..full
             }
@@ -180,6 +180,11 @@ const FIGURES: &[(&str, &str)] = &[
         "ceilings.sqlite_gate_claim_txn_per_s",
         "answers/s, gatehouse's own claim, each its own BEGIN IMMEDIATE … COMMIT, no HTTP",
     ),
+    (
+        "ceilings.sqlite_min_claim_event_txn_ms.p50",
+        "ms, one minimal claim + event transaction at a time, 2 ms after the last: the disk's part of an answer",
+    ),
+    ("ceilings.sqlite_min_claim_event_txn_ms.p99", "ms, the same, 99th percentile"),
     ("ceilings.http_hello_req_per_s", "requests/s, axum hello"),
     ("ceilings.sse_raw_fanout_deliveries_per_s", "frames/s into bare tokio-broadcast streams"),
     ("ceilings.sse_raw_idle_bytes_per_conn", "bytes of server RSS per idle bare stream"),
@@ -314,8 +319,14 @@ async fn measure(plan: &Plan, sync: SyncMode, postgres: Option<&str>) -> Result<
     eprintln!("stuck clients: answers with and without {} never-reading streams", plan.stuck_streams);
     stuck_clients(plan, gatehouse.addr, frame_bytes, &mut samples).await?;
 
-    eprintln!("latency: answer → agent, open → stream");
+    eprintln!("latency: a minimal claim, answer → agent, open → stream");
     for _ in 0..plan.runs {
+        let minimal =
+            ceilings::minimal_claim_latencies_ms(dir.path(), sync.into(), plan.latency_samples, gate::ANSWER_PAUSE)
+                .await?;
+        let (p50, p99) = gate::percentiles(&minimal);
+        samples.add("ceilings.sqlite_min_claim_event_txn_ms.p50", p50);
+        samples.add("ceilings.sqlite_min_claim_event_txn_ms.p99", p99);
         let (p50, p99) = gate::percentiles(&gate::answer_to_agent_ms(gatehouse.addr, plan.latency_samples).await?);
         samples.add("gate.answer_to_agent_ms.p50", p50);
         samples.add("gate.answer_to_agent_ms.p99", p99);

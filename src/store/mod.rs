@@ -25,7 +25,8 @@ pub use model::{
 };
 pub use postgres::{PgBeforeCommit, PgSettings};
 pub use sqlite::{
-    BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings, minimal_claims_per_second,
+    BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings, minimal_claim_latencies_ms,
+    minimal_claims_per_second,
 };
 
 use crate::bus::{Bus, FrameFn};

@@ -90,6 +90,35 @@ impl OneTransactionPerAnswer {
 /// minimal claim (`UPDATE … WHERE state = 0` on an integer key) and one 100-byte event insert,
 /// one `BEGIN IMMEDIATE … COMMIT` each, WAL and the given durability. Returns claims per second.
 pub fn minimal_claims_per_second(path: &Path, durability: Durability, claims: usize) -> rusqlite::Result<f64> {
+    let conn = minimal_claims(path, durability, claims)?;
+    let started = std::time::Instant::now();
+    for id in 0..claims {
+        minimal_claim(&conn, id)?;
+    }
+    Ok(claims as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The same minimal claims one at a time, `pause` apart, as a person's answers come: how long
+/// each transaction takes, in milliseconds. What the disk alone makes every durable answer wait.
+pub fn minimal_claim_latencies_ms(
+    path: &Path,
+    durability: Durability,
+    claims: usize,
+    pause: std::time::Duration,
+) -> rusqlite::Result<Vec<f64>> {
+    let conn = minimal_claims(path, durability, claims)?;
+    let mut latencies = Vec::with_capacity(claims);
+    for id in 0..claims {
+        std::thread::sleep(pause);
+        let started = std::time::Instant::now();
+        minimal_claim(&conn, id)?;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(latencies)
+}
+
+/// A database of `claims` unclaimed rows and an empty event table (the unmeasured set-up).
+fn minimal_claims(path: &Path, durability: Durability, claims: usize) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     let sync = match durability {
         Durability::Full => "FULL",
@@ -105,15 +134,17 @@ pub fn minimal_claims_per_second(path: &Path, durability: Durability, claims: us
         conn.prepare_cached("INSERT INTO claims (id, state) VALUES (?1, 0)")?.execute([id as i64])?;
     }
     conn.execute_batch("COMMIT")?;
-    let body = [b'x'; 100];
-    let started = std::time::Instant::now();
-    for id in 0..claims {
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let claimed =
-            conn.prepare_cached("UPDATE claims SET state = 1 WHERE id = ?1 AND state = 0")?.execute([id as i64])?;
-        debug_assert_eq!(claimed, 1);
-        conn.prepare_cached("INSERT INTO events (body) VALUES (?1)")?.execute([&body[..]])?;
-        conn.prepare_cached("COMMIT")?.execute([])?;
-    }
-    Ok(claims as f64 / started.elapsed().as_secs_f64())
+    Ok(conn)
+}
+
+/// Claims row `id` and appends one 100-byte event, in a transaction of their own.
+fn minimal_claim(conn: &Connection, id: usize) -> rusqlite::Result<()> {
+    const EVENT: [u8; 100] = [b'x'; 100];
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let claimed =
+        conn.prepare_cached("UPDATE claims SET state = 1 WHERE id = ?1 AND state = 0")?.execute([id as i64])?;
+    debug_assert_eq!(claimed, 1);
+    conn.prepare_cached("INSERT INTO events (body) VALUES (?1)")?.execute([&EVENT[..]])?;
+    conn.prepare_cached("COMMIT")?.execute([])?;
+    Ok(())
 }

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-pub use baseline::{OneTransactionPerAnswer, minimal_claims_per_second};
+pub use baseline::{OneTransactionPerAnswer, minimal_claim_latencies_ms, minimal_claims_per_second};
 use cache::GateCache;
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, PendingCommit};
