@@ -44,11 +44,10 @@ pub async fn sqlite_claims_per_second(dir: &Path, durability: Durability, answer
 /// Claims per second at the file system's physical limit: a minimal claim and one 100-byte
 /// event, one transaction each, on a database of their own in `dir` (no gatehouse code).
 pub async fn minimal_claims_per_second(dir: &Path, durability: Durability, claims: usize) -> Result<f64, BenchError> {
-    let db = dir.join(format!("minimal-{}.db", uuid::Uuid::new_v4().simple()));
-    let rate = tokio::task::spawn_blocking(move || crate::store::minimal_claims_per_second(&db, durability, claims))
-        .await?
-        .map_err(|e| BenchError(format!("the minimal claim ceiling: {e}")))?;
-    Ok(rate)
+    on_minimal_db(dir, "the minimal claim ceiling", move |db| {
+        crate::store::minimal_claims_per_second(db, durability, claims)
+    })
+    .await
 }
 
 /// Milliseconds of each of `claims` minimal claims (as `minimal_claims_per_second`), one at a
@@ -59,12 +58,21 @@ pub async fn minimal_claim_latencies_ms(
     claims: usize,
     pause: Duration,
 ) -> Result<Vec<f64>, BenchError> {
+    on_minimal_db(dir, "the minimal claim latency", move |db| {
+        crate::store::minimal_claim_latencies_ms(db, durability, claims, pause)
+    })
+    .await
+}
+
+/// Runs `measure` on a blocking thread with a fresh database file in `dir`, its error named
+/// `what`.
+async fn on_minimal_db<T: Send + 'static>(
+    dir: &Path,
+    what: &str,
+    measure: impl FnOnce(&Path) -> rusqlite::Result<T> + Send + 'static,
+) -> Result<T, BenchError> {
     let db = dir.join(format!("minimal-{}.db", uuid::Uuid::new_v4().simple()));
-    let latencies =
-        tokio::task::spawn_blocking(move || crate::store::minimal_claim_latencies_ms(&db, durability, claims, pause))
-            .await?
-            .map_err(|e| BenchError(format!("the minimal claim latency: {e}")))?;
-    Ok(latencies)
+    tokio::task::spawn_blocking(move || measure(&db)).await?.map_err(|e| BenchError(format!("{what}: {e}")))
 }
 
 /// Frames a bare stream keeps for its slowest reader: more than any burst the bench publishes,
