@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use axum::body::Bytes;
+use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
 use crate::domain::{GateId, LoopId, SessionId, Timestamp};
@@ -25,6 +25,12 @@ pub const RING_BYTES: usize = 32 * 1024 * 1024;
 
 /// Turns one committed journal event (its seq and stored JSON) into the bytes a stream sends.
 pub type FrameFn = fn(i64, &str) -> Bytes;
+
+/// The stored event itself, no wire format around it: the frames of a bus that feeds no SSE
+/// stream (a store opened by a test or a benchmark).
+pub fn plain_frame(_seq: i64, event: &str) -> Bytes {
+    Bytes::copy_from_slice(event.as_bytes())
+}
 
 /// Something a committed transaction changed, announced after COMMIT returned Ok.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,19 +58,34 @@ pub struct Bus {
     inboxes: Arc<Keyed<(SessionId, LoopId)>>,
 }
 
+impl Default for Bus {
+    /// A bus with plain frames (`plain_frame`).
+    fn default() -> Self {
+        Self::new(plain_frame)
+    }
+}
+
 impl Bus {
-    /// A bus whose head starts at the journal head found at start-up, making frames with `frame`.
-    pub fn new(head: i64, frame: FrameFn) -> Self {
+    /// A bus that makes its frames with `frame`. Its head is set by the store that opens on it
+    /// (`start_at`), before anything is published.
+    pub fn new(frame: FrameFn) -> Self {
         let (deadlines, feed) = mpsc::unbounded_channel();
         Self {
-            head: watch::Sender::new(head),
+            head: watch::Sender::new(0),
             frame,
-            ring: Ring::new(head, RING_CAPACITY, RING_BYTES),
+            ring: Ring::new(0, RING_CAPACITY, RING_BYTES),
             deadlines,
             deadline_feed: Mutex::new(Some(feed)),
             gates: Arc::default(),
             inboxes: Arc::default(),
         }
+    }
+
+    /// Starts the head (and the ring) at the journal head the store found when it opened: called
+    /// once, before the first commit is published and before anyone follows the head.
+    pub(crate) fn start_at(&self, head: i64) {
+        self.head.send_replace(head);
+        self.ring.start_at(head);
     }
 
     /// Committed frames with `cursor < seq <= upto` (of one session, or all), at most `max`, and
@@ -197,6 +218,13 @@ impl Ring {
         }
     }
 
+    /// Starts an empty ring at `floor` (before anything is appended).
+    fn start_at(&self, floor: i64) {
+        let mut ring = self.inner.lock().expect("ring lock");
+        debug_assert!(ring.frames.is_empty(), "the ring starts before the first commit");
+        ring.floor = floor;
+    }
+
     /// Appends frames in seq order, evicting the oldest past the count or byte budget.
     fn extend(&self, frames: impl IntoIterator<Item = Frame>) {
         let mut ring = self.inner.lock().expect("ring lock");
@@ -303,7 +331,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_wakes_only_its_own_gate() {
-        let bus = Bus::new(0, test_frame);
+        let bus = Bus::new(test_frame);
         let (a, b) = (GateId::mint(), GateId::mint());
         let mut wa = bus.watch_gate(a);
         let mut wb = bus.watch_gate(b);

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             };
             log_flush = Some(flush);
             let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(stderr);
-            match args.log_format {
+            match args.log.log_format {
                 LogFormat::Json => logs.json().flatten_event(true).init(),
                 LogFormat::Text => logs.with_ansi(ansi).init(),
             }
@@ -76,30 +76,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: gatehouse::ServeArgs) -> Result<(), String> {
-    // An open-file limit that cannot hold the connection cap is refused before anything else
-    // happens (`run` checks again, for embedders).
-    gatehouse::raise_open_file_limit(&args).map_err(|e| e.to_string())?;
-    // Flags that would expose the server are refused next.
-    let security = gatehouse::auth::Security::load(&args).map_err(|e| e.to_string())?;
-    // The database first: a second server on the same file is refused for that reason, not for
-    // the port it would also share.
-    let opened = gatehouse::open_store(&args, &gatehouse::Hooks::default()).await.map_err(|e| e.to_string())?;
-    let listener = match tokio::net::TcpListener::bind(args.bind).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            opened.close().await;
-            // Most often the port is taken (another server, or this one still running): say
-            // how to pick another.
-            return Err(format!(
-                "cannot listen on {}: {e}; choose another address with --bind or GATEHOUSE_BIND",
-                args.bind
-            ));
-        }
-    };
-    let running =
-        gatehouse::run(args, security, opened, listener, shutdown_signal()).await.map_err(|e| e.to_string())?;
-    running.wait().await.map_err(|e| e.to_string())
+async fn serve(args: gatehouse::ServeArgs) -> Result<(), gatehouse::ServeError> {
+    let listen = gatehouse::Listen::Bind;
+    gatehouse::Server::start(args, gatehouse::Hooks::default(), listen, shutdown_signal()).await?.wait().await
 }
 
 /// Resolves at SIGINT or SIGTERM.

@@ -437,7 +437,7 @@ mod tests {
         let open = metrics.stream_open(Kind::Journal);
         let text = metrics.render(Scrape {
             gates_open: 2,
-            webhooks: vec![(crate::webhook::display_url("https://bot.example.com/hook?key=secret"), 3, 1.5)],
+            webhooks: vec![(crate::common::redact::display_url("https://bot.example.com/hook?key=secret"), 3, 1.5)],
             ..Scrape::default()
         });
         assert!(

@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::bus::{Bus, DeadlineChange};
+use crate::common::backoff::Backoff;
 use crate::domain::{GateId, Timestamp};
 use crate::metrics::Metrics;
 use crate::store::{Expiry, Store, StoreError};

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use axum::http::HeaderMap;
 
-use crate::webhook::ssrf::Cidr;
+use crate::common::cidr::Cidr;
 
 /// A client address as the per-address limits count it: IPv4 addresses one by one (an
 /// IPv4-mapped IPv6 address as its IPv4 address), IPv6 by /64, the block one subscriber gets.

@@ -10,6 +10,7 @@ pub mod limits;
 pub mod tokens;
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +22,9 @@ pub use failures::FailureLimiter;
 pub use limits::{Limiter, StreamSlot, TokenLimits};
 pub use tokens::{PRINCIPAL_LINK, PRINCIPAL_WEBHOOK, Role, Token, Tokens, TokensError};
 
-use crate::config::ServeArgs;
-use crate::webhook::sign::Secret;
+use crate::common::cidr::Cidr;
+use crate::common::public_url::PublicUrl;
+use crate::common::signature::Secret;
 
 /// Who may call a route: one row of the route × role table of spec §10.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,8 +110,6 @@ pub enum SecurityError {
          need the address people use"
     )]
     PublicUrlRequired(SocketAddr),
-    #[error("{flag} {value:?}: {reason}")]
-    Flag { flag: &'static str, value: String, reason: String },
     #[error(transparent)]
     Tokens(#[from] TokensError),
 }
@@ -131,49 +131,58 @@ pub struct Security {
     proxies: TrustedProxies,
     /// `--auth-failures`: failed authentications per client address and minute.
     auth_failures: u32,
+    /// The flags all this was read from.
+    settings: SecuritySettings,
+}
+
+/// The security flags, checked (`config::SecurityArgs::settings`).
+#[derive(Debug, Clone)]
+pub struct SecuritySettings {
+    pub tokens_file: Option<PathBuf>,
+    /// `--insecure-public-bind`.
+    pub insecure_public_bind: bool,
+    /// `--allowed-host`s.
+    pub allowed_hosts: Vec<String>,
+    /// `--cors-origin`s, as `scheme://host[:port]`.
+    pub cors_origins: Vec<String>,
+    pub public_url: Option<PublicUrl>,
+    /// `--rate-limit`, `--max-streams-per-token`.
+    pub limits: TokenLimits,
+    /// `--auth-failures`.
+    pub auth_failures: u32,
+    /// `--trusted-proxy`.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 impl Security {
-    /// Checks the bind against the tokens file (fail-secure) and reads every security flag.
-    pub fn load(args: &ServeArgs) -> Result<Self, SecurityError> {
-        let tokens = args.tokens_file.as_deref().map(Tokens::load).transpose()?;
-        check_exposure(args.bind, tokens.is_some(), args)?;
-        let ip = args.bind.ip();
-        let public = args.public_url.as_deref().map(|url| origin_of("--public-url", url)).transpose()?;
-        let cors_origins =
-            args.cors_origins.iter().map(|url| origin_of("--cors-origin", url)).collect::<Result<Vec<_>, _>>()?;
-        let secure_cookie = public.as_ref().is_some_and(|o| o.starts_with("https://"));
-        let proxies = args
-            .trusted_proxies
-            .iter()
-            .map(|cidr| {
-                cidr.parse().map_err(|e: crate::webhook::ssrf::CidrError| SecurityError::Flag {
-                    flag: "--trusted-proxy",
-                    value: cidr.clone(),
-                    reason: e.to_string(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let hosts = ip.is_loopback().then(|| {
+    /// Reads the tokens file and checks the bind against it (fail-secure).
+    pub fn load(settings: &SecuritySettings, bind: SocketAddr) -> Result<Self, SecurityError> {
+        let tokens = settings.tokens_file.as_deref().map(Tokens::load).transpose()?;
+        check_exposure(bind, tokens.is_some(), settings)?;
+        let public = settings.public_url.as_ref();
+        let hosts = bind.ip().is_loopback().then(|| {
             let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
-            hosts.extend(public.as_deref().and_then(host_of));
+            hosts.extend(public.map(|url| url.host().to_owned()));
             // A port given with a host is dropped: the Host check ignores ports.
-            hosts.extend(args.allowed_hosts.iter().filter_map(|h| host_of_authority(h)));
+            hosts.extend(settings.allowed_hosts.iter().filter_map(|h| host_of_authority(h)));
             hosts
         });
         Ok(Self {
             tokens,
             hosts,
-            cors_origins,
-            public_origin: public,
-            secure_cookie,
-            limits: TokenLimits {
-                posts_per_second: args.rate_limit.max(1),
-                streams: args.max_streams_per_token.max(1),
-            },
-            proxies: TrustedProxies::new(proxies),
-            auth_failures: args.auth_failures,
+            cors_origins: settings.cors_origins.clone(),
+            public_origin: public.map(|url| url.origin().to_owned()),
+            secure_cookie: public.is_some_and(PublicUrl::is_https),
+            limits: settings.limits,
+            proxies: TrustedProxies::new(settings.trusted_proxies.clone()),
+            auth_failures: settings.auth_failures,
+            settings: settings.clone(),
         })
+    }
+
+    /// The flags this was read from.
+    pub fn settings(&self) -> &SecuritySettings {
+        &self.settings
     }
 
     /// The `--trusted-proxy` networks.
@@ -274,30 +283,15 @@ impl Auth {
 /// The fail-secure bind (spec §10): a non-loopback address needs tokens or the explicit opt-in,
 /// and an unspecified one a public URL. Checked on the flags before anything starts, and again on
 /// the listener actually served.
-pub fn check_exposure(address: SocketAddr, has_tokens: bool, args: &ServeArgs) -> Result<(), SecurityError> {
+pub fn check_exposure(address: SocketAddr, has_tokens: bool, settings: &SecuritySettings) -> Result<(), SecurityError> {
     let ip = address.ip();
-    if !ip.is_loopback() && !has_tokens && !args.insecure_public_bind {
+    if !ip.is_loopback() && !has_tokens && !settings.insecure_public_bind {
         return Err(SecurityError::PublicBindWithoutTokens(address));
     }
-    if ip.is_unspecified() && args.public_url.is_none() {
+    if ip.is_unspecified() && settings.public_url.is_none() {
         return Err(SecurityError::PublicUrlRequired(address));
     }
     Ok(())
-}
-
-/// `scheme://host[:port]` of an http(s) URL, lower case, without a trailing slash.
-fn origin_of(flag: &'static str, url: &str) -> Result<String, SecurityError> {
-    let bad = |reason: &str| SecurityError::Flag { flag, value: url.to_owned(), reason: reason.to_owned() };
-    let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(bad("must be an http or https URL with a host"));
-    }
-    Ok(parsed.origin().ascii_serialization())
-}
-
-/// The hostname of an origin (`http://Example.com:8080` → `example.com`).
-fn host_of(origin: &str) -> Option<String> {
-    url::Url::parse(origin).ok()?.host_str().map(str::to_ascii_lowercase)
 }
 
 /// The hostname of a `Host` header value, port dropped (`[::1]:8080` → `[::1]`).
@@ -322,7 +316,6 @@ mod tests {
         assert_eq!(host_of_authority("LocalHost").as_deref(), Some("localhost"));
         assert_eq!(host_of_authority("[::1]:80").as_deref(), Some("[::1]"));
         assert_eq!(host_of_authority(":80"), None);
-        assert_eq!(host_of("https://Gates.Example.com:8443/x").as_deref(), Some("gates.example.com"));
     }
 
     #[test]

@@ -25,7 +25,8 @@ use tokio_stream::wrappers::BroadcastStream;
 use super::BenchError;
 use crate::config::CeilingArgs;
 use crate::http::enduring_frame;
-use crate::store::{Durability, OneTransactionPerAnswer};
+use crate::store::sqlite::Durability;
+use crate::store::sqlite::bench::{self as sqlite_bench, OneTransactionPerAnswer};
 
 /// Answers per second with one `BEGIN IMMEDIATE … COMMIT` each, on a database in `dir` (the
 /// gates are opened first, unmeasured).
@@ -45,7 +46,7 @@ pub async fn sqlite_claims_per_second(dir: &Path, durability: Durability, answer
 /// event, one transaction each, on a database of their own in `dir` (no gatehouse code).
 pub async fn minimal_claims_per_second(dir: &Path, durability: Durability, claims: usize) -> Result<f64, BenchError> {
     on_minimal_db(dir, "the minimal claim ceiling", move |db| {
-        crate::store::minimal_claims_per_second(db, durability, claims)
+        sqlite_bench::minimal_claims_per_second(db, durability, claims)
     })
     .await
 }
@@ -59,7 +60,7 @@ pub async fn minimal_claim_latencies_ms(
     pause: Duration,
 ) -> Result<Vec<f64>, BenchError> {
     on_minimal_db(dir, "the minimal claim latency", move |db| {
-        crate::store::minimal_claim_latencies_ms(db, durability, claims, pause)
+        sqlite_bench::minimal_claim_latencies_ms(db, durability, claims, pause)
     })
     .await
 }

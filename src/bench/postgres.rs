@@ -21,7 +21,8 @@ use serde_json::json;
 use super::servers::{Database, Server};
 use super::{BenchError, Plan, Samples, gate};
 use crate::domain::{Answer, AnsweredBy, OpenGateIn, SessionId};
-use crate::store::{Answering, DatabaseUrl, GateRecord, OpenOutcome, PgSettings, Store, StoreSettings};
+use crate::store::postgres::PgSettings;
+use crate::store::{Answering, Claim, DatabaseUrl, GateRecord, OpenOutcome, Store, StoreSettings};
 
 /// A database made for one figure, dropped after it.
 pub struct Scratch {
@@ -51,7 +52,7 @@ impl Scratch {
 
     async fn admin_statement(&self, sql: &str) -> Result<(), BenchError> {
         let (client, connection) = tokio_postgres::connect(&self.admin, tokio_postgres::NoTls).await.map_err(|e| {
-            BenchError(format!("cannot connect to --database-url: {}", crate::error::innermost_cause(&e)))
+            BenchError(format!("cannot connect to --database-url: {}", crate::common::innermost_cause(&e)))
         })?;
         let driver = tokio::spawn(connection);
         let done = client.batch_execute(sql).await.map_err(|e| BenchError(format!("{sql}: {e}")));
@@ -130,7 +131,7 @@ async fn claims_per_second(
             order_lock: ordered,
             ..PgSettings::new(DatabaseUrl::new(url.to_owned()), Some(key_file.to_owned()))
         };
-        let opened = Store::open(StoreSettings::Postgres(settings), crate::http::enduring_frame).await?;
+        let opened = Store::open(StoreSettings::Postgres(settings), Arc::default()).await?;
         tasks.extend(opened.background.into_iter().map(|task| tokio::spawn(task.task)));
         stores.push(opened.store);
     }
@@ -143,7 +144,8 @@ async fn claims_per_second(
             tokio::spawn(async move {
                 while let Some(target) = gates.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let answer = Answer { action: "answer".into(), text: "yes".into() };
-                    store.answer_gate(target.clone(), answer, None, AnsweredBy::Person { principal: None }).await?;
+                    let by = AnsweredBy::Person { principal: None };
+                    store.answer_gate(Claim { target: target.clone(), answer, key: None, by }).await?;
                 }
                 Ok::<_, BenchError>(())
             })

@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::terminal::{Lines, escape};
-use crate::error::innermost_cause;
+use crate::common::innermost_cause;
 
 /// Why a request did not get an answer from the server.
 #[derive(Debug, thiserror::Error)]

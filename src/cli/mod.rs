@@ -16,7 +16,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::backoff::Backoff;
+use crate::common::backoff::Backoff;
 
 use crate::config::Command;
 

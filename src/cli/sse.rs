@@ -93,7 +93,7 @@ impl Parser {
 
 /// Reads events off a streaming response until it ends.
 pub struct Reader {
-    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     parser: Parser,
     ready: VecDeque<Frame>,
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::Route;
 use super::extract::Params;
 use crate::auth::Access;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Every embedded file: (name, content type, bytes).
 const FILES: &[(&str, &str, &str)] = &[

@@ -29,7 +29,7 @@ use tower::Service;
 
 use super::extract;
 use super::guard::{Principal, RouteTemplate};
-use crate::error::{ApiError, Failure};
+use crate::http::error::{ApiError, Failure};
 use crate::metrics::Metrics;
 
 /// The header a request's id travels in, both ways.

@@ -15,8 +15,9 @@ use super::{AppState, Route, SessionPath};
 use crate::auth::Access;
 use crate::auth::Caller;
 use crate::domain::SessionId;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Kind;
+use crate::store::JournalRange;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -113,7 +114,11 @@ async fn follow(
             let (frames, next) = match bus.frames_after(cursor, upto, session, BATCH) {
                 Some((frames, next)) => (frames.into_iter().map(|f| f.bytes).collect::<Vec<_>>(), next),
                 // Behind the ring: a bounded batch from the database, released before sending.
-                None => match state.store.journal_range(session, cursor, upto, state.limits.page(BATCH)).await {
+                None => match state
+                    .store
+                    .journal_range(JournalRange { session, after: cursor, upto, page: state.limits.page(BATCH) })
+                    .await
+                {
                     Ok((rows, more)) => {
                         let next = if more { rows.last().map_or(upto, |(seq, _)| *seq) } else { upto };
                         (rows.iter().map(|(seq, event)| enduring_frame(*seq, event)).collect(), next)

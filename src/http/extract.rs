@@ -22,10 +22,10 @@ use serde::{Deserialize, Deserializer};
 use tokio::time::Instant;
 
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::common::signature as sign;
+use crate::http::error::ApiError;
 use crate::http::guard::{ClientAddress, throttled};
 use crate::http::{AppState, Limits};
-use crate::webhook::sign;
 
 /// Path parameters; a malformed id is `400 invalid_parameter`.
 pub struct Params<T>(pub T);

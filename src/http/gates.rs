@@ -14,10 +14,10 @@ use crate::domain::{
     Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
     OpenGateIn, OpenRejection, SessionId,
 };
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Kind;
 use crate::store::{
-    self, AnswerOutcome, CloseOutcome, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, OpenOutcome,
+    self, AnswerOutcome, Claim, CloseOutcome, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, OpenOutcome,
 };
 
 pub(super) fn routes() -> Vec<Route> {
@@ -196,7 +196,7 @@ pub(super) async fn answer_record(
         )]),
         AnswerRejection::Values(fields) => ApiError::GateValuesInvalid(fields),
     })?;
-    let outcome = state.store.answer_gate(target, checked, keyed, by).await?;
+    let outcome = state.store.answer_gate(Claim { target, answer: checked, key: keyed, by }).await?;
     if matches!(outcome, AnswerOutcome::Accepted { .. }) {
         state.metrics.gate_resolved("answered");
     }

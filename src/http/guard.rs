@@ -17,9 +17,9 @@ use axum::response::{IntoResponse, Response};
 use super::connection::Authenticate;
 use super::extract::{header_text, is_json, no_inbound_secret, signature_refused};
 use crate::auth::{Access, Auth, Caller, Role};
+use crate::common::signature as sign;
 use crate::domain::{CommandId, GateId, LoopId, SessionId};
-use crate::error::ApiError;
-use crate::webhook::sign;
+use crate::http::error::ApiError;
 
 /// What the guard of one route needs.
 #[derive(Clone)]

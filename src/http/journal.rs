@@ -8,7 +8,7 @@ use super::extract::{Params, QueryParams};
 use super::{AppState, Route, SessionPath, limit, pages, seq};
 use crate::auth::{Access, Caller};
 use crate::domain::SessionId;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![

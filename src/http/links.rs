@@ -14,7 +14,7 @@ use super::gates::answer_record;
 use super::{AppState, Route};
 use crate::auth::{Access, PRINCIPAL_LINK};
 use crate::domain::{AnswerIn, AnsweredBy, GateState};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::store::GateRecord;
 
 pub(super) fn routes() -> Vec<Route> {

@@ -11,7 +11,7 @@ use super::extract::JsonBody;
 use super::guard::{ClientAddress, throttled};
 use super::{AppState, Route};
 use crate::auth::{Access, Role, cookie};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![Route::post(Access::Open, "/v1/login", login), Route::post(Access::Open, "/v1/logout", logout)]

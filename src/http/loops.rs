@@ -13,8 +13,9 @@ use super::{AppState, Route, limit, pages, seq, wait_deadline, wait_until};
 use crate::auth::Access;
 use crate::auth::Caller;
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Kind;
+use crate::store::InboxQuery;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -80,7 +81,8 @@ async fn list_commands(
     let page = state.limits.page(limit);
     let (commands, read) = loop {
         let read = state.page_reads.take(&caller)?;
-        let commands = state.store.inbox(session_id, loop_id, after, page, include_acked).await?;
+        let commands =
+            state.store.inbox(InboxQuery { session: session_id, loop_id, after, page, include_acked }).await?;
         if !commands.is_empty() {
             break (commands, read);
         }
@@ -98,7 +100,11 @@ async fn stream_commands(state: AppState, session: SessionId, loop_id: LoopId, m
     // Register before reading, so a command committed in between still wakes the stream.
     let mut interest = state.bus.watch_inbox(session, loop_id);
     loop {
-        let rows = match state.store.inbox(session, loop_id, cursor, state.limits.page(BATCH), false).await {
+        let rows = match state
+            .store
+            .inbox(InboxQuery { session, loop_id, after: cursor, page: state.limits.page(BATCH), include_acked: false })
+            .await
+        {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "an inbox stream could not read; closing it");

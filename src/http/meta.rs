@@ -7,11 +7,11 @@ use serde_json::json;
 
 use super::{AppState, Route};
 use crate::auth::Access;
+use crate::common::redact::display_url;
 use crate::domain::Timestamp;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Scrape;
-use crate::store::PageLimit;
-use crate::webhook::display_url;
+use crate::store::{JournalRange, PageLimit};
 
 /// The contract, embedded so the binary serves it from any directory.
 const OPENAPI: &str = include_str!("../../openapi.yaml");
@@ -41,9 +41,12 @@ async fn scrape(state: &AppState) -> Result<Scrape, ApiError> {
     let head = *state.bus.head().borrow();
     let mut webhooks = Vec::with_capacity(state.webhook_urls.len());
     for url in &state.webhook_urls {
-        let Some(endpoint) = state.store.webhook_endpoint(url.clone()).await? else { continue };
+        let Some(endpoint) = state.store.outbox().endpoint(url.clone()).await? else { continue };
         let one = PageLimit { rows: 1, bytes: usize::MAX };
-        let (next, _) = state.store.journal_range(None, endpoint.cursor, head, one).await?;
+        let (next, _) = state
+            .store
+            .journal_range(JournalRange { session: None, after: endpoint.cursor, upto: head, page: one })
+            .await?;
         let waiting = next.first().and_then(|(_, event)| created_at(event)).map_or(0.0, age);
         webhooks.push((display_url(url), (head - endpoint.cursor).max(0), waiting));
     }

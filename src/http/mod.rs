@@ -4,6 +4,7 @@
 mod assets;
 mod connection;
 mod edge;
+pub mod error;
 mod events;
 mod extract;
 mod gates;
@@ -21,7 +22,7 @@ mod webhooks;
 pub use connection::ReadTimeouts;
 pub use edge::Edge;
 pub use pages::PageReads;
-pub use server::{ConnectionLimits, OpenFileLimitError, raise_open_file_limit, serve};
+pub use server::{ConnectionLimits, ConnectionSettings, OpenFileLimitError, raise_open_file_limit, serve};
 pub use sse::enduring_frame;
 
 use std::sync::Arc;
@@ -41,11 +42,24 @@ use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
 
 use crate::auth::{Access, Auth};
 use crate::bus::Bus;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{PageLimit, Store};
 use crate::supervise::Supervisor;
 use guard::RouteTemplate;
+
+/// The HTTP flags, checked (`config::HttpArgs::settings`).
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub limits: Limits,
+    /// `--max-streams`.
+    pub max_streams: u32,
+    /// `--max-page-reads-per-token`.
+    pub max_page_reads_per_token: u32,
+    pub connections: ConnectionSettings,
+    /// `--metrics-bind`.
+    pub metrics_bind: Option<std::net::SocketAddr>,
+}
 
 /// Limits that handlers enforce.
 #[derive(Debug, Clone)]

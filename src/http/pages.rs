@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Bodies go out in pieces of this size, so a page read ends once the connection has taken
 /// (nearly) the whole page, rather than as soon as hyper holds all of it in its buffer.

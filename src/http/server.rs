@@ -61,6 +61,19 @@ const RESERVED_FILES: u64 = 256;
 /// How often, at most, the log says that connections are being refused.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// The connection flags, checked (`config::HttpArgs::settings`).
+#[derive(Debug, Clone)]
+pub struct ConnectionSettings {
+    /// `--max-connections`.
+    pub max_connections: u32,
+    /// `--max-unauthenticated-per-address`.
+    pub max_unauthenticated_per_address: u32,
+    /// `--header-timeout`, `--keep-alive-timeout`.
+    pub read_timeouts: ReadTimeouts,
+    /// `--stream-stall`.
+    pub stream_stall: Duration,
+}
+
 /// What the accept loop enforces.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {

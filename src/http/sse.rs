@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Kind;
 
 /// The reconnect delay browsers should use, sent first on every stream.

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::extract::QueryParams;
 use super::{AppState, Route, json, limit};
 use crate::auth::Access;
-use crate::error::ApiError;
-use crate::store::Delivery;
+use crate::http::error::ApiError;
+use crate::store::{Delivery, DeliveryStatus};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![Route::get(Access::ADMIN, "/v1/webhooks/deliveries", list_deliveries)]
@@ -36,11 +36,9 @@ async fn list_deliveries(
     QueryParams(p): QueryParams<DeliveryParams>,
 ) -> Result<Response, ApiError> {
     let status = match p.status.as_deref() {
-        None | Some("pending") => "pending",
-        Some("failed") => "failed",
-        Some(other) => {
-            return Err(ApiError::InvalidParameter(format!("status must be pending or failed (got {other:?})")));
-        }
+        None => DeliveryStatus::Pending,
+        Some(name) => DeliveryStatus::parse(name)
+            .ok_or_else(|| ApiError::InvalidParameter(format!("status must be pending or failed (got {name:?})")))?,
     };
     let limit = limit(p.limit)?;
     // The cursor is `{journal_seq}:{url}`, base64url-encoded: opaque, and safe in a query string.
@@ -58,7 +56,7 @@ async fn list_deliveries(
                 .ok_or_else(|| ApiError::InvalidParameter("after is not a cursor of this listing".into()))
         })
         .transpose()?;
-    let mut deliveries = state.store.webhook_deliveries(status, after, limit).await?;
+    let mut deliveries = state.store.outbox().deliveries(status, after, limit).await?;
     let more = deliveries.len() > limit;
     deliveries.truncate(limit);
     let next_after =

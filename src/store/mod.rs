@@ -1,123 +1,295 @@
 //! Storage: the one seam between the server and its database. `Store` offers the same async
 //! operations whatever the backend: the embedded default, one SQLite file (`sqlite`), or
-//! PostgreSQL shared by several replicas (`postgres`). Inside it is an enum over the two; the
-//! private trait `Backend` makes the compiler check that both offer every operation. Handlers,
-//! the timer and webhooks see only this module's API and its vocabulary (`model`), never a driver.
+//! PostgreSQL shared by several replicas (`postgres`). Handlers, the timer and webhooks see only
+//! this module's API and its vocabulary (`model`), never a driver.
+//!
+//! Every operation is declared once, in the lists below (`operations!`): each list becomes a
+//! private trait that both backends implement, so the compiler checks that they offer the same
+//! operations with the same signatures, and the public method that calls whichever backend this
+//! store is. The lists read the way the API does: gates, the journal, inboxes, the outbox of
+//! deliveries (`store.outbox()`).
 //!
 //! Every backend keeps the same promises: a claim is one conditional update in one transaction
 //! with its journal row and inbox command; the journal's seq is strictly increasing in commit
 //! order, so a reader never skips a row committed later with a lower seq; nothing reaches the bus
 //! (streams, waiters, the timer) before the commit that made it.
 
+mod error;
 mod key_file;
 mod model;
+mod page;
 pub mod postgres;
+mod settings;
 pub mod sqlite;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+pub use error::{OpenError, Result, StoreError};
 pub use model::{
-    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, GateStats, Idempotency, Lease,
-    ListCursor, ListOrder, ListQuery, Listing, OpenOutcome, Pending, replay,
+    AnswerOutcome, Answering, Attempt, Claim, CloseOutcome, Delivery, DeliveryStatus, Endpoint, Expiry, GateRecord,
+    GateStats, Idempotency, InboxQuery, JournalRange, JournalRows, Lease, ListCursor, ListOrder, ListQuery, Listing,
+    OpenOutcome, Pending, replay,
 };
-pub use postgres::{PgBeforeCommit, PgSettings};
-pub use sqlite::{
-    BeforeCommit, Durability, OneTransactionPerAnswer, PendingCommit, SqliteSettings, minimal_claim_latencies_ms,
-    minimal_claims_per_second,
-};
+pub use page::PageLimit;
+pub use settings::{DatabaseUrl, StoreSettings};
 
-use crate::bus::{Bus, FrameFn};
+use crate::bus::Bus;
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, ServerKey, SessionId,
+    AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalEntry, JournalPage, LoopId, ServerKey, SessionId,
     Timestamp,
 };
 use crate::metrics::WriterMetrics;
+use serde_json::value::RawValue;
 
-/// Which database, and how to open it.
-#[derive(Clone, Debug)]
-pub enum StoreSettings {
-    Sqlite(SqliteSettings),
-    Postgres(PgSettings),
+/// Declares a list of storage operations once. It emits the private trait every backend
+/// implements and, unless the list is marked `by hand`, the façade's public methods, each a
+/// match over the backends.
+macro_rules! operations {
+    ($(#[doc = $what:literal])* trait $trait:ident for $facade:ty { $($ops:tt)* }) => {
+        operations!(@trait $(#[doc = $what])* $trait { $($ops)* });
+        operations!(@facade $trait, $facade { $($ops)* });
+    };
+    ($(#[doc = $what:literal])* trait $trait:ident by hand { $($ops:tt)* }) => {
+        operations!(@trait $(#[doc = $what])* $trait { $($ops)* });
+    };
+    (@trait $(#[doc = $what:literal])* $trait:ident {
+        $( $(#[doc = $doc:literal])* async fn $op:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty; )*
+    }) => {
+        $(#[doc = $what])*
+        trait $trait {
+            $( async fn $op(&self $(, $arg: $ty)*) -> $ret; )*
+        }
+    };
+    (@facade $trait:ident, $facade:ty {
+        $( $(#[doc = $doc:literal])* async fn $op:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty; )*
+    }) => {
+        impl $facade {
+            $(
+                $(#[doc = $doc])*
+                pub async fn $op(&self $(, $arg: $ty)*) -> $ret {
+                    match self.backends() {
+                        Backends::Sqlite(backend) => $trait::$op(backend $(, $arg)*).await,
+                        Backends::Postgres(backend) => $trait::$op(backend $(, $arg)*).await,
+                    }
+                }
+            )*
+        }
+    };
 }
 
-/// Why the store could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("{0}")]
-    Locked(String),
-    #[error("{0}")]
-    Database(String),
+operations! {
+    /// Gates: open, answer, close, expire, and read them.
+    trait Gates for Store {
+        /// Claims, journals and enqueues an answer that was already checked against its gate.
+        async fn answer_gate(&self, claim: Claim) -> Result<AnswerOutcome>;
+        /// Withdraws an open gate.
+        async fn close_gate(&self, session: SessionId, gate: GateId, reason: CloseReason) -> Result<CloseOutcome>;
+        /// Answers each still-open, due gate with its policy's default answer (the timer's claim).
+        async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>>;
+        /// Open gates whose policy answers at a deadline, soonest first.
+        async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>>;
+        /// One gate by id, in whatever session.
+        async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>>;
+        /// A page of gates with the journal head of the same snapshot.
+        async fn list_gates(&self, query: ListQuery) -> Result<Listing>;
+        /// How many gates are open, in how many sessions, and since when the oldest.
+        async fn gate_stats(&self) -> Result<GateStats>;
+    }
 }
 
-/// A failed storage operation.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// Busy, read-only, full, unreachable or failing storage, or the writer has stopped:
-    /// retryable (503). After a failed COMMIT the outcome is unknown.
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
-    /// A broken invariant or damaged data: a bug (500).
-    #[error("storage invariant broken: {0}")]
-    Internal(String),
+operations! {
+    /// The gate operations that take what only the façade makes (the gate id and the digest of
+    /// its answer-link token): their public methods are written by hand, below.
+    trait MintedGates by hand {
+        async fn open_gate(
+            &self, session: SessionId, ask: AskUser, new: NewGate, max_open: usize
+        ) -> Result<OpenOutcome>;
+        async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>>;
+    }
 }
 
-/// How much one page of rows may hold: at most `rows` rows and about `bytes` bytes (by
-/// `PageBytes`), but always at least one row, so the largest row fits any page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageLimit {
-    pub rows: usize,
-    pub bytes: usize,
+operations! {
+    /// The journal: every committed event, in seq order.
+    trait Journal for Store {
+        /// Journal events with `after < seq <= upto`, for a stream behind the frame ring or a
+        /// webhook endpoint, and whether more remain up to `upto` after the last one returned.
+        async fn journal_range(&self, range: JournalRange) -> Result<JournalRows>;
+        /// The oldest retained and the newest committed journal seq.
+        async fn journal_bounds(&self) -> Result<(i64, i64)>;
+    }
 }
 
-impl PageLimit {
-    /// Takes rows while they fit. The second value says whether rows were left over: for it to
-    /// be right, the query must offer one row more than `rows` when more exist (`rows + 1`).
-    fn fill<T, E>(
-        self,
-        rows: impl IntoIterator<Item = Result<T, E>>,
-        size: impl Fn(&T) -> usize,
-    ) -> Result<(Vec<T>, bool), E> {
-        let mut page = self.start();
-        for row in rows {
-            if !page.offer(row?, &size) {
-                return Ok((page.rows, true));
+operations! {
+    /// The loops' inboxes of commands.
+    trait Inbox for Store {
+        /// A page of one loop's inbox.
+        async fn inbox(&self, query: InboxQuery) -> Result<Vec<InboxEntry>>;
+        /// Acknowledges a command; `false` when it is not in that loop's inbox.
+        async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool>;
+    }
+}
+
+operations! {
+    /// The outbox: each delivery target's cursor in the journal, its lease, and the state of the
+    /// attempts at its events.
+    trait Deliveries for Outbox<'_> {
+        /// Registers the configured endpoints (new ones start at the journal head) and re-enables
+        /// the listed ones.
+        async fn register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>>;
+        /// Takes, or renews, the delivery lease of an endpoint for `ttl`: `None` while another
+        /// replica holds it (or the endpoint is unknown). With the lease, the endpoint as it stands.
+        async fn lease(&self, url: String, owner: String, ttl: Duration) -> Result<Option<(Lease, Endpoint)>>;
+        /// Gives a lease up (at shutdown), so another replica need not wait for it to run out.
+        async fn release(&self, url: String, lease: Lease) -> Result<()>;
+        /// The pending attempt at one event, if any.
+        async fn pending(&self, url: String, seq: i64) -> Result<Option<Pending>>;
+        /// What became of an attempt at event `seq`. `false` when the lease was lost (nothing
+        /// changed).
+        async fn record(&self, url: String, seq: i64, lease: Lease, attempt: Attempt) -> Result<bool>;
+        /// The endpoint answered 410: disabled until re-enabled. `false` when the lease was lost.
+        async fn disable(&self, url: String, why: String, lease: Lease) -> Result<bool>;
+        /// Deliveries in one status, a page after a cursor (one more than `limit`, when more exist).
+        async fn deliveries(
+            &self, status: DeliveryStatus, after: Option<(String, i64)>, limit: usize
+        ) -> Result<Vec<Delivery>>;
+        /// One endpoint's state (its cursor), if it is registered.
+        async fn endpoint(&self, url: String) -> Result<Option<Endpoint>>;
+    }
+}
+
+operations! {
+    /// Closing the store.
+    trait Lifecycle for Store {
+        /// Drains the writer and closes the database. Later operations fail with `Unavailable`.
+        async fn shutdown(&self) -> ();
+    }
+}
+
+/// What a backend tells synchronously, for `/readyz` and the metrics.
+trait Status {
+    /// Write jobs waiting for the writer.
+    fn queue_depth(&self) -> usize;
+    /// Whether storage works.
+    fn is_healthy(&self) -> bool;
+}
+
+#[derive(Clone)]
+enum Backends {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
+/// Cheap, clonable handle on the store.
+#[derive(Clone)]
+pub struct Store {
+    backend: Backends,
+    /// The server key: answer-link tokens and their digests are made here, above the backends.
+    key: Arc<ServerKey>,
+}
+
+/// The store's deliveries (`Store::outbox`).
+pub struct Outbox<'a>(&'a Store);
+
+impl Outbox<'_> {
+    fn backends(&self) -> &Backends {
+        &self.0.backend
+    }
+}
+
+/// A gate about to be opened: its id and the digest of its answer-link token, made outside the
+/// backend, so no backend needs the server key.
+#[derive(Debug, Clone, Copy)]
+struct NewGate {
+    id: GateId,
+    link_digest: [u8; 32],
+}
+
+impl Store {
+    /// Opens the database `settings` name (migrating it, starting its writer) and returns it with
+    /// the tasks it needs running. Its commits ring `bus`, whose head it sets to the journal's.
+    pub async fn open(settings: StoreSettings, bus: Arc<Bus>) -> Result<Opened, OpenError> {
+        let writer_metrics = Arc::clone(settings.writer_metrics());
+        let (backend, key, background) = match settings {
+            StoreSettings::Sqlite(settings) => {
+                let (store, key) = sqlite::SqliteStore::open(settings, bus)?;
+                (Backends::Sqlite(store), key, Vec::new())
             }
+            StoreSettings::Postgres(settings) => {
+                let (store, key, background) = postgres::PgStore::open(settings, bus).await?;
+                (Backends::Postgres(store), key, background)
+            }
+        };
+        Ok(Opened { store: Self { backend, key: Arc::new(key) }, background, writer_metrics })
+    }
+
+    fn backends(&self) -> &Backends {
+        &self.backend
+    }
+
+    fn status(&self) -> &dyn Status {
+        match &self.backend {
+            Backends::Sqlite(backend) => backend,
+            Backends::Postgres(backend) => backend,
         }
-        Ok((page.rows, false))
     }
 
-    /// An empty page to `offer` rows to one at a time (rows that arrive from a stream).
-    fn start<T>(self) -> PageFill<T> {
-        PageFill { limit: self, rows: Vec::new(), bytes: 0 }
+    /// The key answer-link tokens and login cookies are derived from.
+    pub fn server_key(&self) -> &Arc<ServerKey> {
+        &self.key
     }
 
-    /// The `LIMIT` that lets `fill` see whether more rows exist.
-    fn sql_limit(self) -> i64 {
-        i64::try_from(self.rows).unwrap_or(i64::MAX - 1) + 1
+    /// The deliveries: endpoints, their cursors and leases, and the attempts at their events.
+    pub fn outbox(&self) -> Outbox<'_> {
+        Outbox(self)
     }
-}
 
-/// A page being filled.
-struct PageFill<T> {
-    limit: PageLimit,
-    rows: Vec<T>,
-    bytes: usize,
-}
+    /// Write jobs waiting for the writer.
+    pub fn queue_depth(&self) -> usize {
+        self.status().queue_depth()
+    }
 
-impl<T> PageFill<T> {
-    /// Adds `row` if it fits; `false` (and the row dropped) when the page is full, which means
-    /// more rows exist.
-    fn offer(&mut self, row: T, size: impl Fn(&T) -> usize) -> bool {
-        let grown = self.bytes + size(&row);
-        if self.rows.len() == self.limit.rows || (!self.rows.is_empty() && grown > self.limit.bytes) {
-            return false;
+    /// Whether storage works (for `/readyz`).
+    pub fn is_healthy(&self) -> bool {
+        self.status().is_healthy()
+    }
+
+    /// Opens a gate or finds the one this tool execution already opened; a session holds at most
+    /// `max_open` open gates.
+    pub async fn open_gate(&self, session: SessionId, ask: AskUser, max_open: usize) -> Result<OpenOutcome> {
+        let id = GateId::mint();
+        let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
+        match &self.backend {
+            Backends::Sqlite(backend) => backend.open_gate(session, ask, new, max_open).await,
+            Backends::Postgres(backend) => backend.open_gate(session, ask, new, max_open).await,
         }
-        self.bytes = grown;
-        self.rows.push(row);
-        true
+    }
+
+    /// A page of the journal from seq `from` on, optionally of one session.
+    pub async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage> {
+        let (rows, more) = self.journal_range(JournalRange { session, after: from - 1, upto: i64::MAX, page }).await?;
+        let events = rows
+            .into_iter()
+            .map(|(journal_seq, event)| {
+                let event =
+                    RawValue::from_string(event).map_err(|e| StoreError::Internal(format!("stored event: {e}")))?;
+                Ok(JournalEntry { journal_seq, event })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let next_journal_seq = events.last().map_or(from, |e| e.journal_seq + 1);
+        Ok(JournalPage { events, next_journal_seq, done: !more })
+    }
+
+    /// The gate an answer-link token belongs to.
+    pub async fn gate_by_link(&self, token: String) -> Result<Option<GateRecord>> {
+        let digest = self.key.link_digest(&token);
+        match &self.backend {
+            Backends::Sqlite(backend) => backend.gate_by_link(digest).await,
+            Backends::Postgres(backend) => backend.gate_by_link(digest).await,
+        }
     }
 }
 
@@ -156,405 +328,10 @@ pub struct Background {
     pub task: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
-/// An open store, the bus its commits ring, and the tasks it needs running.
+/// An open store and the tasks it needs running.
 pub struct Opened {
     pub store: Store,
-    pub bus: Arc<Bus>,
     pub background: Vec<Background>,
     /// What the store's writer records (batches, commit times, storage errors).
     pub writer_metrics: Arc<WriterMetrics>,
-}
-
-impl Opened {
-    /// Closes a store whose background tasks never ran (the server could not start after all).
-    pub async fn close(self) {
-        // Dropped unstarted, the writer's queue closes, so the store's shutdown does not wait
-        // for a writer that will never answer.
-        drop(self.background);
-        self.store.shutdown().await;
-    }
-}
-
-/// A gate about to be opened: its id and the digest of its answer-link token, made outside the
-/// backend, so no backend needs the server key.
-#[derive(Debug, Clone, Copy)]
-struct NewGate {
-    id: GateId,
-    link_digest: [u8; 32],
-}
-
-/// What every backend offers. Private: it exists so the compiler checks that both backends have
-/// every operation with the same signature; callers use `Store`.
-trait Backend {
-    async fn open_gate(
-        &self,
-        session: SessionId,
-        ask: AskUser,
-        new: NewGate,
-        max_open: usize,
-    ) -> Result<OpenOutcome, StoreError>;
-    async fn answer_gate(
-        &self,
-        target: Answering,
-        answer: Answer,
-        key: Option<Idempotency>,
-        by: AnsweredBy,
-    ) -> Result<AnswerOutcome, StoreError>;
-    async fn close_gate(
-        &self,
-        session: SessionId,
-        gate: GateId,
-        reason: CloseReason,
-    ) -> Result<CloseOutcome, StoreError>;
-    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError>;
-    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError>;
-    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError>;
-    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError>;
-    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>, StoreError>;
-    async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError>;
-    async fn inbox(
-        &self,
-        session: SessionId,
-        loop_id: LoopId,
-        after: i64,
-        page: PageLimit,
-        include_acked: bool,
-    ) -> Result<Vec<InboxEntry>, StoreError>;
-    async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage, StoreError>;
-    async fn journal_range(
-        &self,
-        session: Option<SessionId>,
-        after: i64,
-        upto: i64,
-        page: PageLimit,
-    ) -> Result<(Vec<(i64, String)>, bool), StoreError>;
-    async fn journal_bounds(&self) -> Result<(i64, i64), StoreError>;
-    async fn webhook_register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>, StoreError>;
-    async fn webhook_lease(
-        &self,
-        url: String,
-        owner: String,
-        ttl: std::time::Duration,
-    ) -> Result<Option<(Lease, Endpoint)>, StoreError>;
-    async fn webhook_release(&self, url: String, lease: Lease) -> Result<(), StoreError>;
-    async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError>;
-    async fn webhook_delivered(&self, url: String, seq: i64, lease: Lease) -> Result<bool, StoreError>;
-    async fn webhook_retry_at(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        next_at: Timestamp,
-        error: String,
-        lease: Lease,
-    ) -> Result<bool, StoreError>;
-    async fn webhook_dead_letter(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        error: String,
-        lease: Lease,
-    ) -> Result<bool, StoreError>;
-    async fn webhook_disable(&self, url: String, why: String, lease: Lease) -> Result<bool, StoreError>;
-    async fn webhook_deliveries(
-        &self,
-        status: &'static str,
-        after: Option<(String, i64)>,
-        limit: usize,
-    ) -> Result<Vec<Delivery>, StoreError>;
-    async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError>;
-    async fn gate_stats(&self) -> Result<GateStats, StoreError>;
-    /// Write jobs waiting for the writer.
-    fn queue_depth(&self) -> usize;
-    fn is_healthy(&self) -> bool;
-    async fn shutdown(&self);
-}
-
-#[derive(Clone)]
-enum Backends {
-    Sqlite(sqlite::SqliteStore),
-    Postgres(postgres::PgStore),
-}
-
-/// Cheap, clonable handle on the store.
-#[derive(Clone)]
-pub struct Store {
-    backend: Backends,
-    /// The server key: answer-link tokens and their digests are made here, above the backends.
-    key: Arc<ServerKey>,
-}
-
-/// Calls one `Backend` method on whichever backend this store is.
-macro_rules! dispatch {
-    ($self:ident . $method:ident ( $($arg:expr),* $(,)? )) => {
-        match &$self.backend {
-            Backends::Sqlite(backend) => backend.$method($($arg),*).await,
-            Backends::Postgres(backend) => backend.$method($($arg),*).await,
-        }
-    };
-}
-
-impl Store {
-    /// Opens the database `settings` name (migrating it, starting its writer) and returns it with
-    /// the bus its commits ring and the tasks it needs running. `frame` turns a committed journal
-    /// event into the bytes streams send (the bus keeps them, shared).
-    pub async fn open(settings: StoreSettings, frame: FrameFn) -> Result<Opened, OpenError> {
-        let writer_metrics = match &settings {
-            StoreSettings::Sqlite(settings) => Arc::clone(&settings.writer_metrics),
-            StoreSettings::Postgres(settings) => Arc::clone(&settings.writer_metrics),
-        };
-        let (backend, bus, key, background) = match settings {
-            StoreSettings::Sqlite(settings) => {
-                let (store, bus, key) = sqlite::SqliteStore::open(settings, frame)?;
-                (Backends::Sqlite(store), bus, key, Vec::new())
-            }
-            StoreSettings::Postgres(settings) => {
-                let (store, bus, key, background) = postgres::PgStore::open(settings, frame).await?;
-                (Backends::Postgres(store), bus, key, background)
-            }
-        };
-        Ok(Opened { store: Self { backend, key: Arc::new(key) }, bus, background, writer_metrics })
-    }
-
-    /// The key answer-link tokens and login cookies are derived from.
-    pub fn server_key(&self) -> &Arc<ServerKey> {
-        &self.key
-    }
-
-    /// One webhook endpoint's state (its cursor), if it is registered.
-    pub async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
-        dispatch!(self.webhook_endpoint(url))
-    }
-
-    /// How many gates are open, in how many sessions, and since when the oldest.
-    pub async fn gate_stats(&self) -> Result<GateStats, StoreError> {
-        dispatch!(self.gate_stats())
-    }
-
-    /// Write jobs waiting for the writer.
-    pub fn queue_depth(&self) -> usize {
-        match &self.backend {
-            Backends::Sqlite(backend) => backend.queue_depth(),
-            Backends::Postgres(backend) => backend.queue_depth(),
-        }
-    }
-
-    /// Whether storage works (for `/readyz`).
-    pub fn is_healthy(&self) -> bool {
-        match &self.backend {
-            Backends::Sqlite(backend) => backend.is_healthy(),
-            Backends::Postgres(backend) => backend.is_healthy(),
-        }
-    }
-
-    /// Drains the writer and closes the database. Later operations fail with `Unavailable`.
-    pub async fn shutdown(&self) {
-        dispatch!(self.shutdown())
-    }
-
-    /// Opens a gate or finds the one this tool execution already opened; a session holds at most
-    /// `max_open` open gates.
-    pub async fn open_gate(
-        &self,
-        session: SessionId,
-        ask: AskUser,
-        max_open: usize,
-    ) -> Result<OpenOutcome, StoreError> {
-        let id = GateId::mint();
-        let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
-        dispatch!(self.open_gate(session, ask, new, max_open))
-    }
-
-    /// Claims, journals and enqueues an answer that was already checked against its gate.
-    pub async fn answer_gate(
-        &self,
-        target: Answering,
-        answer: Answer,
-        key: Option<Idempotency>,
-        by: AnsweredBy,
-    ) -> Result<AnswerOutcome, StoreError> {
-        dispatch!(self.answer_gate(target, answer, key, by))
-    }
-
-    /// Withdraws an open gate.
-    pub async fn close_gate(
-        &self,
-        session: SessionId,
-        gate: GateId,
-        reason: CloseReason,
-    ) -> Result<CloseOutcome, StoreError> {
-        dispatch!(self.close_gate(session, gate, reason))
-    }
-
-    /// Answers each still-open, due gate with its policy's default answer (the timer's claim).
-    pub async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
-        dispatch!(self.expire_gates(gates))
-    }
-
-    /// Open gates whose policy answers at a deadline, soonest first.
-    pub async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
-        dispatch!(self.deadlines())
-    }
-
-    /// Acknowledges a command; `false` when it is not in that loop's inbox.
-    pub async fn ack_command(
-        &self,
-        session: SessionId,
-        loop_id: LoopId,
-        command: CommandId,
-    ) -> Result<bool, StoreError> {
-        dispatch!(self.ack_command(session, loop_id, command))
-    }
-
-    /// The gate an answer-link token belongs to.
-    pub async fn gate_by_link(&self, token: String) -> Result<Option<GateRecord>, StoreError> {
-        let digest = self.key.link_digest(&token);
-        dispatch!(self.gate_by_link(digest))
-    }
-
-    /// One gate by id, in whatever session.
-    pub async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
-        dispatch!(self.gate(gate))
-    }
-
-    /// A page of gates with the journal head of the same snapshot.
-    pub async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError> {
-        dispatch!(self.list_gates(query))
-    }
-
-    /// A page of one loop's inbox.
-    pub async fn inbox(
-        &self,
-        session: SessionId,
-        loop_id: LoopId,
-        after: i64,
-        page: PageLimit,
-        include_acked: bool,
-    ) -> Result<Vec<InboxEntry>, StoreError> {
-        dispatch!(self.inbox(session, loop_id, after, page, include_acked))
-    }
-
-    /// A page of the journal, optionally of one session.
-    pub async fn journal(
-        &self,
-        session: Option<SessionId>,
-        from: i64,
-        page: PageLimit,
-    ) -> Result<JournalPage, StoreError> {
-        dispatch!(self.journal(session, from, page))
-    }
-
-    /// Journal events with `after < seq <= upto`, for a stream behind the frame ring or a webhook
-    /// endpoint, and whether more remain up to `upto` after the last one returned.
-    pub async fn journal_range(
-        &self,
-        session: Option<SessionId>,
-        after: i64,
-        upto: i64,
-        page: PageLimit,
-    ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
-        dispatch!(self.journal_range(session, after, upto, page))
-    }
-
-    /// The oldest retained and the newest committed journal seq.
-    pub async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
-        dispatch!(self.journal_bounds())
-    }
-
-    /// Registers the configured webhook endpoints (new ones start at the journal head) and
-    /// re-enables the listed ones.
-    pub async fn webhook_register(
-        &self,
-        urls: Vec<String>,
-        reenable: Vec<String>,
-    ) -> Result<Vec<Endpoint>, StoreError> {
-        dispatch!(self.webhook_register(urls, reenable))
-    }
-
-    /// Takes, or renews, the delivery lease of an endpoint for `ttl`: `None` while another
-    /// replica holds it (or the endpoint is unknown). With the lease, the endpoint as it stands.
-    pub async fn webhook_lease(
-        &self,
-        url: String,
-        owner: String,
-        ttl: std::time::Duration,
-    ) -> Result<Option<(Lease, Endpoint)>, StoreError> {
-        dispatch!(self.webhook_lease(url, owner, ttl))
-    }
-
-    /// Gives a lease up (at shutdown), so another replica need not wait for it to run out.
-    pub async fn webhook_release(&self, url: String, lease: Lease) -> Result<(), StoreError> {
-        dispatch!(self.webhook_release(url, lease))
-    }
-
-    pub async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {
-        dispatch!(self.webhook_pending(url, seq))
-    }
-
-    /// Delivered: the cursor moves past `seq`. `false` when the lease was lost (nothing changed).
-    pub async fn webhook_delivered(&self, url: String, seq: i64, lease: Lease) -> Result<bool, StoreError> {
-        dispatch!(self.webhook_delivered(url, seq, lease))
-    }
-
-    /// Failed, to be tried again at `next_at`. `false` when the lease was lost.
-    pub async fn webhook_retry_at(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        next_at: Timestamp,
-        error: String,
-        lease: Lease,
-    ) -> Result<bool, StoreError> {
-        dispatch!(self.webhook_retry_at(url, seq, attempts, next_at, error, lease))
-    }
-
-    /// Out of attempts: a dead letter, and the cursor moves on. `false` when the lease was lost.
-    pub async fn webhook_dead_letter(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        error: String,
-        lease: Lease,
-    ) -> Result<bool, StoreError> {
-        dispatch!(self.webhook_dead_letter(url, seq, attempts, error, lease))
-    }
-
-    /// The endpoint answered 410: disabled until re-enabled. `false` when the lease was lost.
-    pub async fn webhook_disable(&self, url: String, why: String, lease: Lease) -> Result<bool, StoreError> {
-        dispatch!(self.webhook_disable(url, why, lease))
-    }
-
-    /// Webhook deliveries in one status (`pending` or `failed`), a page after a cursor.
-    pub async fn webhook_deliveries(
-        &self,
-        status: &'static str,
-        after: Option<(String, i64)>,
-        limit: usize,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        dispatch!(self.webhook_deliveries(status, after, limit))
-    }
-}
-
-/// Where the database is, as the command line names it (never logged: a URL may hold a password).
-#[derive(Clone)]
-pub struct DatabaseUrl(String);
-
-impl DatabaseUrl {
-    pub fn new(url: String) -> Self {
-        Self(url)
-    }
-
-    /// The URL itself, for the driver only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DatabaseUrl(<redacted>)")
-    }
 }

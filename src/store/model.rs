@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::{PageLimit, StoreError};
-use crate::domain::{Gate, GateId, GateState, GateView, LoopId, SessionId, Timestamp};
+use crate::domain::{Answer, AnsweredBy, Gate, GateId, GateState, GateView, LoopId, SessionId, Timestamp};
 
 /// A gate as stored: its view plus what only the server sees.
 #[derive(Debug, Clone)]
@@ -41,6 +41,16 @@ impl GateRecord {
         let view = &self.view;
         Ok(Answering { session: view.session_id, gate_id: view.gate_id, loop_id: view.loop_id, gate: self.gate()? })
     }
+}
+
+/// An answer to claim a gate with: checked against its gate already, with the key it came with
+/// and who gave it.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub target: Answering,
+    pub answer: Answer,
+    pub key: Option<Idempotency>,
+    pub by: AnsweredBy,
 }
 
 /// The result of an open.
@@ -192,6 +202,28 @@ pub struct Listing {
     pub more: bool,
 }
 
+/// Which page of one loop's inbox: the commands after `after`, acknowledged ones too if asked.
+#[derive(Debug, Clone, Copy)]
+pub struct InboxQuery {
+    pub session: SessionId,
+    pub loop_id: LoopId,
+    pub after: i64,
+    pub page: PageLimit,
+    pub include_acked: bool,
+}
+
+/// Journal events with `after < seq <= upto`, of one session or all, a page at a time.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalRange {
+    pub session: Option<SessionId>,
+    pub after: i64,
+    pub upto: i64,
+    pub page: PageLimit,
+}
+
+/// Events as stored (seq and JSON), and whether more remain in the range after the last.
+pub type JournalRows = (Vec<(i64, String)>, bool);
+
 /// An endpoint as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -216,6 +248,39 @@ pub struct GateStats {
 pub struct Pending {
     pub attempts: u32,
     pub next_at: Timestamp,
+}
+
+/// What became of one attempt at delivering an event, recorded under the endpoint's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// Delivered: the cursor moves past the event.
+    Delivered,
+    /// Failed, to be tried again at `next_at`.
+    Retry { attempts: u32, next_at: Timestamp, error: String },
+    /// Out of attempts: a dead letter, and the cursor moves on.
+    DeadLetter { attempts: u32, error: String },
+}
+
+/// The state of a delivery in the listing: still being tried, or given up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryStatus {
+    Pending,
+    Failed,
+}
+
+impl DeliveryStatus {
+    /// As stored, and as `GET /v1/webhooks/deliveries?status=` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// From the `status` query parameter's words.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Pending, Self::Failed].into_iter().find(|status| status.as_str() == name)
+    }
 }
 
 /// One row of the deliveries listing.

@@ -17,13 +17,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use super::display_url;
-use super::sign::{self, Secret};
-use crate::backoff::{Backoff, random_up_to};
 use crate::bus::Bus;
+use crate::common::backoff::{Backoff, random_up_to};
+use crate::common::innermost_cause;
+use crate::common::redact::display_url;
+use crate::common::signature::{self as sign, Secret};
 use crate::domain::{GateId, GateOpened, ServerKey, Timestamp};
-use crate::error::innermost_cause;
-use crate::store::{Lease, PageLimit, Pending, Store, StoreError};
+use crate::store::{Attempt, JournalRange, Lease, PageLimit, Pending, Store, StoreError};
 
 /// The default retry schedule: about 5 s, 5 min, 30 min, 2 h, 6 h, 12 h and a day.
 pub const DEFAULT_SCHEDULE: &[Duration] = &[
@@ -130,7 +130,7 @@ impl Delivery {
             }
         }
         if let Some(Held { lease, .. }) = held
-            && let Err(e) = self.store.webhook_release(url.clone(), lease).await
+            && let Err(e) = self.store.outbox().release(url.clone(), lease).await
         {
             tracing::debug!(url = %display_url(&url), error = %e, "could not give the webhook lease up; it runs out by itself");
         }
@@ -142,7 +142,7 @@ impl Delivery {
         if held.as_ref().is_some_and(|h| h.renewed.elapsed() < self.lease / 4) {
             return Ok(true);
         }
-        match self.store.webhook_lease(url.to_owned(), self.replica.clone(), self.lease).await? {
+        match self.store.outbox().lease(url.to_owned(), self.replica.clone(), self.lease).await? {
             Some((lease, endpoint)) => {
                 match held {
                     // Renewed: what this replica knows is still the truth.
@@ -189,7 +189,10 @@ impl Delivery {
         }
         head.borrow_and_update();
         let one = PageLimit { rows: 1, bytes: usize::MAX };
-        let (next, _) = self.store.journal_range(None, state.cursor, i64::MAX, one).await?;
+        let (next, _) = self
+            .store
+            .journal_range(JournalRange { session: None, after: state.cursor, upto: i64::MAX, page: one })
+            .await?;
         let Some((seq, event)) = next.into_iter().next() else {
             // Caught up: wait for the next commit, or renew the lease meanwhile.
             tokio::select! {
@@ -201,7 +204,7 @@ impl Delivery {
         };
         let pending = match state.pending {
             Some((known, pending)) if known == seq => pending,
-            _ => self.store.webhook_pending(url.to_owned(), seq).await?,
+            _ => self.store.outbox().pending(url.to_owned(), seq).await?,
         };
         state.pending = Some((seq, pending));
         if let Some(due) = pending.map(|p| p.next_at)
@@ -223,14 +226,14 @@ impl Delivery {
         self.metrics.webhook_attempt(outcome.name());
         let recorded = match outcome {
             Outcome::Delivered => {
-                let recorded = self.store.webhook_delivered(url.to_owned(), seq, lease).await?;
+                let recorded = self.store.outbox().record(url.to_owned(), seq, lease, Attempt::Delivered).await?;
                 // Past it; the next event has no attempt yet (only this replica records any).
                 (state.cursor, state.pending) = (seq, None);
                 recorded
             }
             Outcome::Gone => {
                 let why = format!("410 Gone at journal seq {seq}");
-                if self.store.webhook_disable(url.to_owned(), why, lease).await? {
+                if self.store.outbox().disable(url.to_owned(), why, lease).await? {
                     tracing::warn!(url = %display_url(url), "webhook endpoint answered 410 Gone; disabled");
                     return Ok(false);
                 }
@@ -243,13 +246,15 @@ impl Delivery {
                         let next_at = Timestamp::now().plus_nanos(jitter(*wait).as_nanos() as i64);
                         tracing::info!(url = %display_url(url), journal_seq = seq, attempts, %error, "webhook delivery failed; will retry");
                         state.pending = Some((seq, Some(Pending { attempts, next_at })));
-                        self.store.webhook_retry_at(url.to_owned(), seq, attempts, next_at, error, lease).await?
+                        let retry = Attempt::Retry { attempts, next_at, error };
+                        self.store.outbox().record(url.to_owned(), seq, lease, retry).await?
                     }
                     None => {
                         tracing::warn!(url = %display_url(url), journal_seq = seq, attempts, %error, "webhook delivery failed for good");
                         self.metrics.webhook_dead_letter();
                         (state.cursor, state.pending) = (seq, None);
-                        self.store.webhook_dead_letter(url.to_owned(), seq, attempts, error, lease).await?
+                        let dead = Attempt::DeadLetter { attempts, error };
+                        self.store.outbox().record(url.to_owned(), seq, lease, dead).await?
                     }
                 }
             }

@@ -1,23 +1,26 @@
-//! Webhooks (spec §9): durable outbound notifications (`deliver`), Standard Webhooks signatures
-//! (`sign`, also for signed inbound answers, with a secret of their own) and the SSRF guard for outbound deliveries (`ssrf`).
+//! Webhooks: durable outbound notifications (`deliver`), signed per Standard Webhooks
+//! (`common::signature`), and the SSRF guard for outbound deliveries (`ssrf`).
 
 pub mod deliver;
-pub mod sign;
 pub mod ssrf;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::Bus;
-use crate::config::ServeArgs;
+use crate::common::cidr::Cidr;
+use crate::common::public_url::PublicUrl;
+use crate::common::redact::display_url;
+use crate::common::signature::Secret;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 use crate::supervise::Supervisor;
 use deliver::Delivery;
-use sign::Secret;
-use ssrf::{Cidr, Guard};
+use ssrf::Guard;
 
 /// Why webhooks could not start.
 #[derive(Debug, thiserror::Error)]
@@ -28,33 +31,43 @@ pub enum WebhookError {
     Store(#[from] StoreError),
 }
 
-/// A webhook URL as logs and metrics show it: scheme, host, port and path, never the query
-/// string or user info (they may hold the receiver's key).
-pub fn display_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(parsed) => {
-            let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{}{port}{}", parsed.scheme(), parsed.host_str().unwrap_or(""), parsed.path())
-        }
-        Err(_) => "(not a URL)".into(),
-    }
+pub use deliver::DEFAULT_SCHEDULE;
+
+/// The webhook flags, checked (`config::WebhookArgs::settings`).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// `--webhook-url`s, as given.
+    pub urls: Vec<String>,
+    /// `--webhook-secret-file`s: `PATH` for every endpoint, or `URL=PATH` for one.
+    pub secret_files: Vec<String>,
+    pub inbound_secret_file: Option<PathBuf>,
+    /// `--webhook-allow-cidr`s: networks the SSRF guard lets through.
+    pub allow: Vec<Cidr>,
+    /// Waits after the 1st, 2nd, … failed attempt; after the last, the event is a dead letter.
+    pub schedule: Vec<Duration>,
+    /// How long an endpoint's lease lasts without renewal.
+    pub lease: Duration,
+    /// `--webhook-reenable`s.
+    pub reenable: Vec<String>,
+    /// The base of answer links (default `http://<bind>`).
+    pub public_url: Option<PublicUrl>,
 }
 
 /// Reads the inbound secret (`--inbound-secret-file`), which verifies signed answers, if any.
-pub fn inbound_secret(args: &ServeArgs) -> Result<Option<Arc<Secret>>, WebhookError> {
-    let Some(path) = &args.inbound_secret_file else { return Ok(None) };
+pub fn inbound_secret(settings: &WebhookSettings) -> Result<Option<Arc<Secret>>, WebhookError> {
+    let Some(path) = &settings.inbound_secret_file else { return Ok(None) };
     let secret = Secret::from_file(path).map_err(|e| WebhookError::Config(format!("--inbound-secret-file: {e}")))?;
     Ok(Some(Arc::new(secret)))
 }
 
 /// Each `--webhook-url` with the secret that signs its requests: its own `URL=PATH`, else the
 /// plain `PATH` given for all.
-fn endpoint_secrets(args: &ServeArgs, urls: &[String]) -> Result<Vec<(String, Arc<Secret>)>, WebhookError> {
+fn endpoint_secrets(settings: &WebhookSettings, urls: &[String]) -> Result<Vec<(String, Arc<Secret>)>, WebhookError> {
     let read = |path: &str| {
         Secret::from_file(path).map(Arc::new).map_err(|e| WebhookError::Config(format!("--webhook-secret-file: {e}")))
     };
     let (mut shared, mut own) = (None, std::collections::HashMap::new());
-    for value in &args.webhook_secret_files {
+    for value in &settings.secret_files {
         // `URL=PATH` only for a URL given to --webhook-url (URLs may hold `=` themselves); the
         // longest such URL wins.
         let endpoint = urls
@@ -90,7 +103,7 @@ fn endpoint_secrets(args: &ServeArgs, urls: &[String]) -> Result<Vec<(String, Ar
 /// Checks the endpoints and their secrets and starts one delivery task per enabled endpoint
 /// under `supervisor`.
 pub async fn start(
-    args: &ServeArgs,
+    settings: &WebhookSettings,
     address: SocketAddr,
     store: &Store,
     bus: &Arc<Bus>,
@@ -98,18 +111,19 @@ pub async fn start(
     supervisor: &Supervisor,
     shutdown: CancellationToken,
 ) -> Result<(), WebhookError> {
-    if args.webhook_urls.is_empty() {
-        if !args.webhook_secret_files.is_empty() {
+    if settings.urls.is_empty() {
+        if !settings.secret_files.is_empty() {
             tracing::warn!(
                 "--webhook-secret-file without --webhook-url signs nothing (signed answers are verified with --inbound-secret-file)"
             );
         }
         return Ok(());
     }
-    let public_url = match &args.public_url {
+    let public_url = match &settings.public_url {
         Some(url) => {
+            let url = url.base();
             ssrf::check_url(url).map_err(|e| WebhookError::Config(format!("--public-url {url}: {e}")))?;
-            url.trim_end_matches('/').to_owned()
+            url.to_owned()
         }
         None if address.ip().is_unspecified() => {
             return Err(WebhookError::Config(format!(
@@ -118,38 +132,29 @@ pub async fn start(
         }
         None => format!("http://{address}"),
     };
-    let allow = args
-        .webhook_allow_cidrs
-        .iter()
-        .map(|c| c.parse::<Cidr>().map_err(|e| WebhookError::Config(format!("--webhook-allow-cidr {c}: {e}"))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let guard = Guard::new(allow);
+    let guard = Guard::new(settings.allow.clone());
     // One task per endpoint: a URL given twice must not get two tasks racing on one cursor.
-    let mut urls = args.webhook_urls.clone();
+    let mut urls = settings.urls.clone();
     urls.sort();
     urls.dedup();
     let mut secrets: std::collections::HashMap<String, Arc<Secret>> =
-        endpoint_secrets(args, &urls)?.into_iter().collect();
+        endpoint_secrets(settings, &urls)?.into_iter().collect();
     for url in &urls {
         guard.check(url).map_err(|e| WebhookError::Config(format!("--webhook-url {url}: {e}")))?;
     }
     let http = ssrf::client(guard).map_err(|e| {
         WebhookError::Config(format!("cannot set up the webhook HTTP client (are CA certificates installed?): {e}"))
     })?;
-    let endpoints = store.webhook_register(urls, args.webhook_reenable.clone()).await?;
+    let endpoints = store.outbox().register(urls, settings.reenable.clone()).await?;
     let delivery = Delivery {
         store: store.clone(),
         bus: Arc::clone(bus),
         // Unique per process: a restarted replica is a new owner, and takes its leases over
         // once they run out.
         replica: format!("gatehouse-{}", uuid::Uuid::new_v4().simple()),
-        lease: args.webhook_lease,
+        lease: settings.lease,
         http,
-        schedule: if args.webhook_retry_schedule.is_empty() {
-            deliver::DEFAULT_SCHEDULE.to_vec()
-        } else {
-            args.webhook_retry_schedule.clone()
-        },
+        schedule: settings.schedule.clone(),
         public_url,
         key: Arc::clone(store.server_key()),
         metrics: Arc::clone(metrics),

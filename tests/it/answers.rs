@@ -108,7 +108,7 @@ type Case<'a> = (&'a str, Method, String, Vec<(&'a str, &'a str)>, Option<Vec<u8
 
 #[tokio::test]
 async fn refused_answers_change_nothing_and_the_gate_stays_answerable() {
-    let app = TestApp::spawn_with(|args| args.max_body = 64 * 1024).await;
+    let app = TestApp::spawn_with(|args| args.http.max_body = 64 * 1024).await;
     let (session, loop_id) = (uuid(), uuid());
     let mut open = ask(&loop_id, &uuid(), "Which database?");
     open["choices"] = json!(["postgres", "mysql"]);
@@ -440,7 +440,7 @@ async fn on_a_resolved_gate_the_key_and_state_are_checked_before_the_answer() {
 
 #[tokio::test]
 async fn chunked_bodies_follow_the_same_rules() {
-    let app = TestApp::spawn_with(|args| args.max_body = 4096).await;
+    let app = TestApp::spawn_with(|args| args.http.max_body = 4096).await;
     let session = uuid();
     let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Chunked?")).await);
     let path = format!("/v1/sessions/{session}/gates/{gate}");

@@ -51,8 +51,8 @@ async fn spawn_with_tokens(adjust: impl FnOnce(&mut gatehouse::ServeArgs)) -> (T
     let (dir, db) = temp_db();
     let tokens = tokens_file(&db);
     let app = TestApp::start(&db, |args| {
-        args.tokens_file = Some(tokens);
-        args.rate_limit = 100_000;
+        args.security.tokens_file = Some(tokens);
+        args.security.rate_limit = 100_000;
         adjust(args);
     })
     .await;
@@ -251,7 +251,7 @@ async fn the_login_cookie_survives_a_restart_and_state_changes_need_json_and_our
 
     let tokens = tokens_file(&db);
     drop(app.stop().await);
-    let app = TestApp::start(&db, |args| args.tokens_file = Some(tokens.clone())).await;
+    let app = TestApp::start(&db, |args| args.security.tokens_file = Some(tokens.clone())).await;
     let page = app.with_header("cookie", &cookie);
     page.get("/v1/gates").await.expect(200);
 
@@ -288,14 +288,14 @@ async fn the_login_cookie_survives_a_restart_and_state_changes_need_json_and_our
     // Changing the token's secret ends the logins made with the old one.
     std::fs::write(&tokens, format!("responder {} a-brand-new-secret-0123456789\n", RESPONDER.name)).unwrap();
     drop(app.stop().await);
-    let app = TestApp::start(&db, |args| args.tokens_file = Some(tokens)).await;
+    let app = TestApp::start(&db, |args| args.security.tokens_file = Some(tokens)).await;
     app.with_header("cookie", &cookie).get("/v1/gates").await.expect_error(401, "unauthorized");
     drop(dir);
 }
 
 #[tokio::test]
 async fn loopback_binds_serve_only_known_host_names() {
-    let app = TestApp::spawn_with(|args| args.allowed_hosts = vec!["gates.internal".into()]).await;
+    let app = TestApp::spawn_with(|args| args.security.allowed_hosts = vec!["gates.internal".into()]).await;
     for host in ["localhost:1", "127.0.0.1", "[::1]:8080", "gates.internal:443", "LOCALHOST"] {
         app.send(Method::GET, "/healthz", &[("host", host)], None).await.expect(200);
     }
@@ -343,7 +343,7 @@ fn a_public_bind_needs_tokens_or_an_explicit_opt_in() {
 
 #[tokio::test]
 async fn posts_are_rate_limited_per_token_and_refused_ones_change_nothing() {
-    let (app, _dir, _db) = spawn_with_tokens(|args| args.rate_limit = 2).await;
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.security.rate_limit = 2).await;
     let agent = app.bearer(AGENT_ALL.secret);
     let session = uuid();
     let opens = (0..20).map(|i| {
@@ -373,7 +373,7 @@ async fn posts_are_rate_limited_per_token_and_refused_ones_change_nothing() {
 
 #[tokio::test]
 async fn streams_are_capped_per_token() {
-    let (app, _dir, _db) = spawn_with_tokens(|args| args.max_streams_per_token = 2).await;
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.security.max_streams_per_token = 2).await;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let open = |secret: &'static str| {
         let req = http
@@ -451,7 +451,7 @@ fn no_secret_reaches_the_log() {
 #[tokio::test]
 async fn cors_answers_only_the_listed_origins() {
     let listed = "http://ops.example:8443";
-    let app = TestApp::spawn_with(|args| args.cors_origins = vec![listed.to_owned()]).await;
+    let app = TestApp::spawn_with(|args| args.security.cors_origins = vec![listed.to_owned()]).await;
     let closed = TestApp::spawn().await;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let preflight = async |base: &str, origin: &str| {
@@ -482,7 +482,7 @@ async fn cors_answers_only_the_listed_origins() {
 #[tokio::test]
 async fn cookies_are_trusted_from_listed_origins_and_agents_match_prefixes_in_any_case() {
     let listed = "https://ops.example";
-    let (app, _dir, _db) = spawn_with_tokens(|args| args.cors_origins = vec![listed.to_owned()]).await;
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.security.cors_origins = vec![listed.to_owned()]).await;
     let (cookie, _) = login(&app, ADMIN.secret).await;
     let page = app.with_header("cookie", &cookie);
     let session = session_in_prefix().to_uppercase();
@@ -550,7 +550,7 @@ async fn failed_authentication_is_throttled_per_client_address() {
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_address_is_the_client() {
     let proxied = |app: &TestApp, client: &str| app.with_header("x-forwarded-for", &format!("198.51.100.1, {client}"));
-    let (app, _dir, _db) = spawn_with_tokens(|args| args.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
+    let (app, _dir, _db) = spawn_with_tokens(|args| args.security.trusted_proxies = vec!["127.0.0.1/32".into()]).await;
     let (refused, throttled, _) = guess(&proxied(&app, "203.0.113.7"), 40).await;
     assert!(refused >= 30 && throttled >= 5, "{refused} refused, {throttled} throttled");
     // The same proxy, another client behind it: its own budget.
@@ -609,7 +609,7 @@ async fn login_cookies_are_this_servers_own_and_the_page_can_log_out() {
     // Behind an https public URL the cookie is a __Host- one, Secure, for Path=/ and no Domain.
     let tokens = tokens_file(&db);
     let app = TestApp::start(&db, |args| {
-        args.tokens_file = Some(tokens);
+        args.security.tokens_file = Some(tokens);
         args.public_url = Some("https://gates.example.com".into());
     })
     .await;

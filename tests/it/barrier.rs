@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use gatehouse::store::PendingCommit;
+use gatehouse::store::sqlite::PendingCommit;
 
 use crate::helpers::{EventStream, NET_TIMEOUT, TestApp, ask, bounded, gate_id, uuid};
 

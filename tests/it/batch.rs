@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gatehouse::store::{BeforeCommit, PendingCommit};
+use gatehouse::store::sqlite::{BeforeCommit, PendingCommit};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -150,7 +150,7 @@ async fn a_storage_error_inside_a_batch_fails_every_job_with_503_and_commits_non
     let (dir, db) = temp_db();
     let fault = dir.path().join("fault");
     let hooks = gatehouse::Hooks { before_commit: Some(hold.hook()), ..Default::default() };
-    let app = TestApp::start_hooked(&db, hooks, |args| args.fault_file = Some(fault.clone())).await;
+    let app = TestApp::start_hooked(&db, hooks, |args| args.store.fault_file = Some(fault.clone())).await;
     let (session, loop_id) = (uuid(), uuid());
     let gates = [
         gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Small one?")).await),

@@ -297,7 +297,7 @@ async fn the_cli_sends_gatehouse_token() {
     let tokens = db.with_file_name("tokens");
     let (agent, responder) = ("cli-agent-secret-0123456789", "cli-responder-secret-0123456789");
     std::fs::write(&tokens, format!("agent bot {agent} abc\nresponder alice {responder}\n")).unwrap();
-    let app = TestApp::start(&db, |args| args.tokens_file = Some(tokens)).await;
+    let app = TestApp::start(&db, |args| args.security.tokens_file = Some(tokens)).await;
     let session = format!("abc{}", &uuid()[3..]);
     let asking = gatehouse(&app.base, &["ask", "Ship it?", "--session", &session])
         .env("GATEHOUSE_TOKEN", agent)

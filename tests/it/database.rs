@@ -55,9 +55,9 @@ pub async fn configure(args: &mut ServeArgs, db: &Path) {
     if let Some(admin) = &*POSTGRES {
         let (admin, db) = (admin.clone(), db.to_owned());
         let (url, key) = tokio::task::spawn_blocking(move || postgres_database(&admin, &db)).await.expect("setup");
-        args.database_url = Some(url);
-        args.secret_file = Some(key);
-        args.webhook_lease = gatehouse::config::parse_duration(WEBHOOK_LEASE).expect("a duration");
+        args.store.database_url = Some(gatehouse::store::DatabaseUrl::new(url));
+        args.store.secret_file = Some(key);
+        args.webhooks.lease = gatehouse::config::parse_duration(WEBHOOK_LEASE).expect("a duration");
     }
 }
 

@@ -291,8 +291,8 @@ async fn one_address_holds_a_bounded_number_of_connections_until_they_authentica
 #[tokio::test]
 async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection() {
     let app = TestApp::spawn_with(|args| {
-        args.max_unauthenticated_per_address = 3;
-        args.header_timeout = Duration::from_secs(300);
+        args.http.max_unauthenticated_per_address = 3;
+        args.http.header_timeout = Duration::from_secs(300);
     })
     .await;
     let addr = server_address(&app.base);
@@ -317,8 +317,8 @@ async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection
 #[tokio::test]
 async fn past_the_connection_cap_new_connections_are_closed_at_once() {
     let app = TestApp::spawn_with(|args| {
-        args.max_connections = 20;
-        args.header_timeout = Duration::from_secs(300);
+        args.http.max_connections = 20;
+        args.http.header_timeout = Duration::from_secs(300);
     })
     .await;
     let addr = server_address(&app.base);
@@ -359,10 +359,10 @@ fn a_connection_cap_the_open_file_limit_cannot_hold_refuses_to_start() {
 #[tokio::test]
 async fn heads_idle_connections_and_bodies_are_timed_but_streams_are_not() {
     let app = TestApp::spawn_with(|args| {
-        args.header_timeout = Duration::from_millis(500);
-        args.keep_alive_timeout = Duration::from_millis(500);
-        args.body_idle_timeout = Duration::from_millis(500);
-        args.body_timeout = Duration::from_secs(2);
+        args.http.header_timeout = Duration::from_millis(500);
+        args.http.keep_alive_timeout = Duration::from_millis(500);
+        args.http.body_idle_timeout = Duration::from_millis(500);
+        args.http.body_timeout = Duration::from_secs(2);
     })
     .await;
     let addr = server_address(&app.base);
@@ -435,8 +435,8 @@ async fn requests_without_a_token_may_send_only_small_bodies() {
     let secret = dir.path().join("webhook.secret");
     std::fs::write(&secret, "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD\n").unwrap();
     let app = TestApp::spawn_with(|args| {
-        args.tokens_file = Some(tokens);
-        args.inbound_secret_file = Some(secret);
+        args.security.tokens_file = Some(tokens);
+        args.webhooks.inbound_secret_file = Some(secret);
     })
     .await;
     let admin = app.bearer(ADMIN_SECRET);
@@ -454,8 +454,8 @@ async fn requests_without_a_token_may_send_only_small_bodies() {
 
     // A signed answer: refused for its size before its signature is even looked at.
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
-    let secret: gatehouse::webhook::sign::Secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".parse().unwrap();
-    let signature = gatehouse::webhook::sign::sign(&secret, "msg_big", now, &big(70_000));
+    let secret: gatehouse::common::signature::Secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".parse().unwrap();
+    let signature = gatehouse::common::signature::sign(&secret, "msg_big", now, &big(70_000));
     let now = now.to_string();
     let signed = [
         ("content-type", "application/json"),

@@ -22,7 +22,7 @@ async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() 
     }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
-    let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
+    let app = TestApp::spawn_with(|args| args.store.fault_file = Some(fault.clone())).await;
     let (session, loop_id) = (uuid(), uuid());
     let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Through a fault?")).await);
     let path = format!("/v1/sessions/{session}/gates/{gate}");
@@ -53,7 +53,7 @@ async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
     }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
-    let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
+    let app = TestApp::spawn_with(|args| args.store.fault_file = Some(fault.clone())).await;
     let session = uuid();
     let big = "q".repeat(4000);
     let body = ask(&uuid(), &uuid(), &big);
@@ -86,7 +86,7 @@ async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
     }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
-    let app = TestApp::spawn_with(|args| args.fault_file = Some(fault.clone())).await;
+    let app = TestApp::spawn_with(|args| args.store.fault_file = Some(fault.clone())).await;
     let (session, loop_id) = (uuid(), uuid());
     let mut body = ask(&loop_id, &uuid(), "Default me");
     body["response_policy"] = serde_json::json!({"timeout": 500_000_000, "on_timeout": "respond",

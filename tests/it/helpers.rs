@@ -297,7 +297,7 @@ pub fn gate_id(view: &Value) -> String {
 pub struct TestApp {
     pub client: Client,
     /// The server's bus, to see who is waiting, and its armed-deadline counter.
-    running: Option<gatehouse::Running>,
+    running: Option<gatehouse::Server>,
     shutdown: Option<oneshot::Sender<()>>,
     _dir: Option<TempDir>,
 }
@@ -343,7 +343,7 @@ impl TestApp {
         let (tx, rx) = oneshot::channel::<()>();
         let running = bounded(
             "the server starts",
-            gatehouse::start(args, hooks, listener, async {
+            gatehouse::Server::start(args, hooks, gatehouse::Listen::On(listener), async {
                 let _ = rx.await;
             }),
         )
@@ -352,7 +352,7 @@ impl TestApp {
         Self { client: Client::new(format!("http://{addr}")), running: Some(running), shutdown: Some(tx), _dir: None }
     }
 
-    fn running(&self) -> &gatehouse::Running {
+    fn running(&self) -> &gatehouse::Server {
         self.running.as_ref().expect("running until stopped")
     }
 

@@ -143,13 +143,13 @@ fn arbitrary_requests_never_fail_the_server_and_refusals_change_nothing() {
     let tokens = db.with_file_name("tokens");
     std::fs::write(&tokens, format!("admin root {ADMIN}\n")).unwrap();
     let app = runtime.block_on(TestApp::start(&db, |args| {
-        args.tokens_file = Some(tokens);
-        args.rate_limit = 1_000_000;
+        args.security.tokens_file = Some(tokens);
+        args.security.rate_limit = 1_000_000;
         // Small enough that some generated bodies are too large (413).
-        args.max_body = 200;
+        args.http.max_body = 200;
         // Most generated credentials are wrong: were they throttled, the admin's own requests
         // (and the snapshots) would get 429 too.
-        args.auth_failures = 1_000_000;
+        args.security.auth_failures = 1_000_000;
     }));
     let (session, loop_id) = (uuid(), uuid());
     // One open gate and one answered gate whose command sits in the inbox, as targets.

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gatehouse::domain::{AskUser, OpenGateIn, SessionId};
-use gatehouse::store::{DatabaseUrl, OpenOutcome, PageLimit, PgSettings, Store, StoreSettings};
+use gatehouse::store::postgres::PgSettings;
+use gatehouse::store::{DatabaseUrl, JournalRange, OpenOutcome, PageLimit, Store, StoreSettings};
 use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -46,7 +47,10 @@ struct Reader {
 impl Reader {
     async fn read(&mut self, store: &Store) {
         let everything = PageLimit { rows: 10_000, bytes: usize::MAX };
-        let (rows, _) = store.journal_range(None, self.cursor, i64::MAX, everything).await.expect("read");
+        let (rows, _) = store
+            .journal_range(JournalRange { session: None, after: self.cursor, upto: i64::MAX, page: everything })
+            .await
+            .expect("read");
         for (seq, _) in rows {
             self.seen.insert(seq);
             self.cursor = self.cursor.max(seq);
@@ -136,7 +140,8 @@ async fn two_writers(order_lock: bool) -> Option<(BTreeSet<i64>, BTreeSet<i64>, 
     }
     let (_, head) = b.store.journal_bounds().await.unwrap();
     let everything = PageLimit { rows: 10_000, bytes: usize::MAX };
-    let (rows, _) = b.store.journal_range(None, 0, head, everything).await.unwrap();
+    let (rows, _) =
+        b.store.journal_range(JournalRange { session: None, after: 0, upto: head, page: everything }).await.unwrap();
     let journal: BTreeSet<i64> = rows.iter().map(|(seq, _)| *seq).collect();
     a.close().await;
     b.close().await;

@@ -11,10 +11,11 @@ use futures_util::future::join_all;
 use gatehouse::domain::{
     Answer, AnsweredBy, AskUser, CloseReason, Gate, GateId, GateState, LoopId, OpenGateIn, SessionId, Timestamp,
 };
-use gatehouse::store::DatabaseUrl;
+use gatehouse::store::postgres::PgSettings;
+use gatehouse::store::sqlite::SqliteSettings;
 use gatehouse::store::{
-    AnswerOutcome, Answering, CloseOutcome, Expiry, Idempotency, ListOrder, ListQuery, OpenOutcome, Opened, PageLimit,
-    PgSettings, SqliteSettings, Store, StoreSettings,
+    AnswerOutcome, Answering, Attempt, Claim, CloseOutcome, DatabaseUrl, DeliveryStatus, Expiry, Idempotency,
+    InboxQuery, JournalRange, ListOrder, ListQuery, OpenOutcome, Opened, PageLimit, Store, StoreSettings,
 };
 use serde_json::{Value, json};
 
@@ -32,7 +33,7 @@ impl Open {
     /// follower) for as long as it is open.
     pub async fn start(settings: StoreSettings) -> Self {
         let Opened { store, background, .. } =
-            bounded("the store opens", Store::open(settings, gatehouse::http::enduring_frame)).await.expect("open");
+            bounded("the store opens", Store::open(settings, Default::default())).await.expect("open");
         let tasks = background.into_iter().map(|task| tokio::spawn(task.task)).collect();
         Self { store, tasks }
     }
@@ -103,6 +104,16 @@ fn person() -> AnsweredBy {
     AnsweredBy::Person { principal: Some("story".into()) }
 }
 
+/// An answer claim by a person.
+fn claim(target: Answering, answer: Answer, key: Option<Idempotency>) -> Claim {
+    Claim { target, answer, key, by: person() }
+}
+
+/// The first page of one loop's inbox.
+fn first_page(session: SessionId, loop_id: LoopId, include_acked: bool) -> InboxQuery {
+    InboxQuery { session, loop_id, after: 0, page: page(100), include_acked }
+}
+
 fn page(rows: usize) -> PageLimit {
     PageLimit { rows, bytes: 1 << 20 }
 }
@@ -154,7 +165,7 @@ async fn story(store: &Store) {
     let gate = gate_of(&view);
     let racers = (0..16).map(|n| {
         let key = Idempotency { key: format!("racer-{n}"), fingerprint: Some(answer_of(&gate, "yes").fingerprint()) };
-        store.answer_gate(target(&view, session), answer_of(&gate, "yes"), Some(key), person())
+        store.answer_gate(claim(target(&view, session), answer_of(&gate, "yes"), Some(key)))
     });
     let outcomes = join_all(racers).await;
     let winners: Vec<usize> = outcomes
@@ -171,18 +182,18 @@ async fn story(store: &Store) {
     }
     let replay_key =
         Idempotency { key: format!("racer-{winner}"), fingerprint: Some(answer_of(&gate, "yes").fingerprint()) };
-    let replayed = store.answer_gate(target(&view, session), answer_of(&gate, "yes"), Some(replay_key), person()).await;
+    let replayed = store.answer_gate(claim(target(&view, session), answer_of(&gate, "yes"), Some(replay_key))).await;
     assert!(matches!(replayed, Ok(AnswerOutcome::Accepted { journal_seq: seq }) if seq == journal_seq), "{replayed:?}");
     let conflicting =
         Idempotency { key: format!("racer-{winner}"), fingerprint: Some(answer_of(&gate, "no").fingerprint()) };
-    let refused = store.answer_gate(target(&view, session), answer_of(&gate, "no"), Some(conflicting), person()).await;
+    let refused = store.answer_gate(claim(target(&view, session), answer_of(&gate, "no"), Some(conflicting))).await;
     assert!(matches!(refused, Ok(AnswerOutcome::IdempotencyConflict)), "{refused:?}");
     let elsewhere = SessionId::parse(&uuid()).unwrap();
-    let stranger = store.answer_gate(target(&view, elsewhere), answer_of(&gate, "yes"), None, person()).await;
+    let stranger = store.answer_gate(claim(target(&view, elsewhere), answer_of(&gate, "yes"), None)).await;
     assert!(matches!(stranger, Ok(AnswerOutcome::NotFound)), "a gate of another session: {stranger:?}");
 
     // Exactly one command, in the gate's own loop; acked, it leaves the default view.
-    let inbox = store.inbox(session, loop_id, 0, page(100), false).await.unwrap();
+    let inbox = store.inbox(first_page(session, loop_id, false)).await.unwrap();
     assert_eq!(inbox.len(), 1);
     let command: Value = serde_json::from_str(inbox[0].command.get()).unwrap();
     assert_eq!(
@@ -193,8 +204,8 @@ async fn story(store: &Store) {
     assert!(store.ack_command(session, loop_id, command_id).await.unwrap());
     assert!(store.ack_command(session, loop_id, command_id).await.unwrap(), "acks are idempotent");
     assert!(!store.ack_command(session, LoopId::parse(&uuid()).unwrap(), command_id).await.unwrap());
-    assert!(store.inbox(session, loop_id, 0, page(100), false).await.unwrap().is_empty());
-    assert_eq!(store.inbox(session, loop_id, 0, page(100), true).await.unwrap().len(), 1);
+    assert!(store.inbox(first_page(session, loop_id, false)).await.unwrap().is_empty());
+    assert_eq!(store.inbox(first_page(session, loop_id, true)).await.unwrap().len(), 1);
 
     // Close: a withdrawn gate has no command; closing again sees the resolution.
     match store.close_gate(session, second.gate_id, CloseReason::Abandoned).await.unwrap() {
@@ -210,7 +221,7 @@ async fn story(store: &Store) {
         store.close_gate(session, second.gate_id, CloseReason::OwnerClosed).await.unwrap(),
         CloseOutcome::NotReady { .. }
     ));
-    assert!(store.inbox(session, loop_id, 0, page(100), true).await.unwrap().len() == 1, "a close sends no command");
+    assert!(store.inbox(first_page(session, loop_id, true)).await.unwrap().len() == 1, "a close sends no command");
 
     // Expiry: a due gate with a `respond` policy is answered once; a gate already resolved is moot.
     let policy = json!({"question": "Soon?", "response_policy":
@@ -266,31 +277,34 @@ async fn story(store: &Store) {
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "strictly increasing: {seqs:?}");
     // 4 gates × 2 opening events, 1 answer, 1 close, 1 expiry.
     assert_eq!(seqs.len(), 11);
-    let (range, more) = store.journal_range(None, seqs[0], seqs[4], page(2)).await.unwrap();
+    let (range, more) = store
+        .journal_range(JournalRange { session: None, after: seqs[0], upto: seqs[4], page: page(2) })
+        .await
+        .unwrap();
     assert_eq!(range.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), seqs[1..3]);
     assert!(more, "stopped by the page, not the bound");
 
     // Webhook cursor: a new endpoint starts at the head; under its lease it moves forward only.
     let url = format!("https://story.example/{}", uuid());
-    let endpoints = store.webhook_register(vec![url.clone()], vec![]).await.unwrap();
+    let endpoints = store.outbox().register(vec![url.clone()], vec![]).await.unwrap();
     assert_eq!(endpoints[0].cursor, head);
     let (lease, endpoint) =
-        store.webhook_lease(url.clone(), "story".into(), Duration::from_secs(30)).await.unwrap().expect("granted");
+        store.outbox().lease(url.clone(), "story".into(), Duration::from_secs(30)).await.unwrap().expect("granted");
     assert_eq!(endpoint.cursor, head);
+    let retry = Attempt::Retry { attempts: 1, next_at: Timestamp::now(), error: "HTTP 503".into() };
+    assert!(store.outbox().record(url.clone(), head + 1, lease.clone(), retry).await.unwrap());
+    assert_eq!(store.outbox().pending(url.clone(), head + 1).await.unwrap().map(|p| p.attempts), Some(1));
+    assert!(store.outbox().record(url.clone(), head + 1, lease.clone(), Attempt::Delivered).await.unwrap());
+    assert!(store.outbox().pending(url.clone(), head + 1).await.unwrap().is_none());
     assert!(
-        store
-            .webhook_retry_at(url.clone(), head + 1, 1, Timestamp::now(), "HTTP 503".into(), lease.clone())
-            .await
-            .unwrap()
+        store.outbox().record(url.clone(), head, lease.clone(), Attempt::Delivered).await.unwrap(),
+        "an older seq is a no-op"
     );
-    assert_eq!(store.webhook_pending(url.clone(), head + 1).await.unwrap().map(|p| p.attempts), Some(1));
-    assert!(store.webhook_delivered(url.clone(), head + 1, lease.clone()).await.unwrap());
-    assert!(store.webhook_pending(url.clone(), head + 1).await.unwrap().is_none());
-    assert!(store.webhook_delivered(url.clone(), head, lease.clone()).await.unwrap(), "an older seq is a no-op");
-    let (_, now) = store.webhook_lease(url.clone(), "story".into(), Duration::from_secs(30)).await.unwrap().unwrap();
+    let (_, now) = store.outbox().lease(url.clone(), "story".into(), Duration::from_secs(30)).await.unwrap().unwrap();
     assert_eq!(now.cursor, head + 1, "the cursor never goes back");
-    assert!(store.webhook_dead_letter(url.clone(), head + 2, 3, "gone".into(), lease).await.unwrap());
-    let failed = store.webhook_deliveries("failed", None, 10).await.unwrap();
+    let dead = Attempt::DeadLetter { attempts: 3, error: "gone".into() };
+    assert!(store.outbox().record(url.clone(), head + 2, lease, dead).await.unwrap());
+    let failed = store.outbox().deliveries(DeliveryStatus::Failed, None, 10).await.unwrap();
     assert!(failed.iter().any(|d| d.url == url && d.journal_seq == head + 2));
 
     // Answer links: the digest finds the gate, nothing else does.
@@ -313,7 +327,7 @@ async fn a_postgresql_database_with_a_newer_schema_is_refused() {
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     client.batch_execute("INSERT INTO gatehouse_schema (version) VALUES (999)").await.unwrap();
-    let refused = Store::open(settings(), gatehouse::http::enduring_frame).await.err().expect("refused");
+    let refused = Store::open(settings(), Default::default()).await.err().expect("refused");
     let message = refused.to_string();
     assert!(message.contains("schema version 999, newer than this gatehouse supports"), "{message}");
     assert!(!message.contains(&url), "the URL (it may hold a password) is not in the message");

@@ -117,7 +117,7 @@ async fn session_streams_show_only_their_session() {
 
 #[tokio::test]
 async fn headers_retry_heartbeats_and_reset() {
-    let app = TestApp::spawn_with(|args| args.heartbeat = Duration::from_millis(200)).await;
+    let app = TestApp::spawn_with(|args| args.http.heartbeat = Duration::from_millis(200)).await;
     let session = uuid();
     open_gates(&app, &session, 1, "before").await; // seqs 1, 2
 
@@ -150,7 +150,7 @@ async fn headers_retry_heartbeats_and_reset() {
 
 #[tokio::test]
 async fn the_stream_cap_answers_503_and_frees_slots_on_disconnect() {
-    let app = TestApp::spawn_with(|args| args.max_streams = 2).await;
+    let app = TestApp::spawn_with(|args| args.http.max_streams = 2).await;
     let one = EventStream::connect(&app, "/v1/events", &[]).await;
     let _two = EventStream::connect(&app, "/v1/events", &[]).await;
     let refused = app.send(reqwest::Method::GET, "/v1/events", &[("accept", "text/event-stream")], None).await;
@@ -181,7 +181,7 @@ async fn the_stream_cap_answers_503_and_frees_slots_on_disconnect() {
 // frames, so only the client that stops reading stalls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_closed_and_resumes_from_its_cursor() {
-    let app = TestApp::spawn_with(|args| args.stream_stall = Duration::from_secs(1)).await;
+    let app = TestApp::spawn_with(|args| args.http.stream_stall = Duration::from_secs(1)).await;
     let session = uuid();
     let slow = StuckClient::connect(&app.base, "/v1/events?after=0").await;
     let mut reader = EventStream::connect(&app, "/v1/events?after=0", &[]).await;

@@ -152,8 +152,8 @@ async fn a_thousand_deadlines_resolve_exactly_once_with_one_timer() {
 #[tokio::test]
 async fn bad_policies_and_the_open_gates_cap_give_the_documented_errors() {
     let app = TestApp::spawn_with(|args| {
-        args.max_timeout = Duration::from_secs(3600);
-        args.max_open_gates = 2;
+        args.http.max_timeout = Duration::from_secs(3600);
+        args.http.max_open_gates = 2;
     })
     .await;
     let session = uuid();

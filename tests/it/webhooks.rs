@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use gatehouse::webhook::sign::{self, Secret};
+use gatehouse::common::signature::{self as sign, Secret};
 use serde_json::{Value, json};
 
 use crate::helpers::{ServerProcess, TestApp, ask, eventually, gate_id, uuid};
@@ -110,11 +110,11 @@ async fn app_for(
     let inbound = write_secret(dir, "inbound.secret", INBOUND);
     let url = receiver.url.clone();
     TestApp::spawn_with(move |args| {
-        args.webhook_urls = vec![url];
-        args.webhook_secret_files = vec![secret.display().to_string()];
-        args.inbound_secret_file = Some(inbound);
-        args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
-        args.webhook_retry_schedule = vec![Duration::from_millis(50), Duration::from_millis(100)];
+        args.webhooks.urls = vec![url];
+        args.webhooks.secret_files = vec![secret.display().to_string()];
+        args.webhooks.inbound_secret_file = Some(inbound);
+        args.webhooks.allow_cidrs = vec!["127.0.0.1/32".into()];
+        args.webhooks.retry_schedule = vec![Duration::from_millis(50), Duration::from_millis(100)];
         adjust(args);
     })
     .await
@@ -220,11 +220,11 @@ async fn a_410_disables_the_endpoint_until_it_is_reenabled() {
     let db = dir.path().join("gatehouse.db");
     let url = receiver.url.clone();
     let flags = |args: &mut gatehouse::ServeArgs| {
-        args.webhook_urls = vec![url.clone()];
-        args.webhook_secret_files = vec![secret.display().to_string()];
-        args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
+        args.webhooks.urls = vec![url.clone()];
+        args.webhooks.secret_files = vec![secret.display().to_string()];
+        args.webhooks.allow_cidrs = vec!["127.0.0.1/32".into()];
         // Short retries: were a 410 an ordinary failure, a retry would arrive at once.
-        args.webhook_retry_schedule = vec![Duration::from_millis(20); 5];
+        args.webhooks.retry_schedule = vec![Duration::from_millis(20); 5];
     };
     let disabled =
         |db: &std::path::Path| crate::database::query_bool(db, "SELECT disabled_at IS NOT NULL FROM webhook_endpoints");
@@ -246,7 +246,7 @@ async fn a_410_disables_the_endpoint_until_it_is_reenabled() {
     let reenable = receiver.url.clone();
     let app = TestApp::start(&db, move |args| {
         flags(args);
-        args.webhook_reenable = vec![reenable];
+        args.webhooks.reenable = vec![reenable];
     })
     .await;
     eventually("both events delivered", async || receiver.delivered() == [1, 2]).await;
@@ -340,7 +340,7 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "admin root signed-test-admin-0123456789\n").unwrap();
-    let app = app_for(&receiver, dir.path(), |args| args.tokens_file = Some(tokens)).await;
+    let app = app_for(&receiver, dir.path(), |args| args.security.tokens_file = Some(tokens)).await;
     let admin = app.bearer("signed-test-admin-0123456789");
     let session = uuid();
     let gate = gate_id(&admin.open(&session, &ask(&uuid(), &uuid(), "Signed, with tokens?")).await);
@@ -381,7 +381,7 @@ async fn signed_answers_need_the_inbound_secret() {
     let receiver = Receiver::start(|_, _| 200).await;
     let dir = tempfile::tempdir().unwrap();
     // Notifications only: a signed answer has nothing to be verified with.
-    let app = app_for(&receiver, dir.path(), |args| args.inbound_secret_file = None).await;
+    let app = app_for(&receiver, dir.path(), |args| args.webhooks.inbound_secret_file = None).await;
     let session = uuid();
     let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed without an inbound secret?")).await);
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
@@ -411,9 +411,9 @@ async fn each_endpoint_may_sign_with_its_own_secret() {
     let own = write_secret(dir.path(), "b.secret", INBOUND);
     let (a_url, b_url) = (a.url.clone(), b.url.clone());
     let app = TestApp::spawn_with(move |args| {
-        args.webhook_urls = vec![a_url, b_url.clone()];
-        args.webhook_secret_files = vec![shared.display().to_string(), format!("{b_url}={}", own.display())];
-        args.webhook_allow_cidrs = vec!["127.0.0.1/32".into()];
+        args.webhooks.urls = vec![a_url, b_url.clone()];
+        args.webhooks.secret_files = vec![shared.display().to_string(), format!("{b_url}={}", own.display())];
+        args.webhooks.allow_cidrs = vec!["127.0.0.1/32".into()];
     })
     .await;
     app.open(&uuid(), &ask(&uuid(), &uuid(), "Two receivers?")).await;

@@ -20,8 +20,8 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
 use super::{CHANNEL, classify, uuid_column};
-use crate::backoff::Backoff;
 use crate::bus::{Bus, Effect};
+use crate::common::backoff::Backoff;
 use crate::domain::{GateId, LoopId, SessionId, Timestamp};
 use crate::store::StoreError;
 
@@ -132,7 +132,7 @@ async fn listen(config: tokio_postgres::Config, wake: Arc<Notify>, shutdown: Can
             () = shutdown.cancelled() => return,
         };
         if let Err(e) = listened {
-            tracing::warn!(error = %crate::error::innermost_cause(&e), "the journal listener lost its connection; reconnecting");
+            tracing::warn!(error = %crate::common::innermost_cause(&e), "the journal listener lost its connection; reconnecting");
         }
         tokio::select! {
             () = tokio::time::sleep(backoff.next_delay()) => {}

@@ -17,8 +17,8 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 use crate::store::model::{
-    AnswerOutcome, Answering, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListOrder, ListQuery, Listing,
-    OpenOutcome, parse_gate, unclaimed,
+    AnswerOutcome, Answering, Claim, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListOrder, ListQuery,
+    Listing, OpenOutcome, parse_gate, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
 
@@ -208,7 +208,9 @@ pub struct AnswerJob {
 }
 
 impl AnswerJob {
-    pub fn new(target: Answering, answer: Answer, key: Option<Idempotency>, by: &AnsweredBy) -> Self {
+    pub fn new(claim: Claim) -> Self {
+        let Claim { target, answer, key, by } = claim;
+        let by = &by;
         let now = Timestamp::now();
         let at = Coordinates::of(target.session, &target.gate, target.loop_id);
         let resolved = to_json(&GateResolved::answered(at, now, target.gate_id, &answer, by));

@@ -7,18 +7,13 @@ use tokio_postgres::types::ToSql;
 use super::writer::Conn;
 use super::{classify, json_column, query_page};
 use crate::domain::view::PageBytes;
-use crate::domain::{CommandId, InboxEntry, JournalEntry, JournalPage, LoopId, SessionId, Timestamp};
-use crate::store::{PageLimit, StoreError};
+use crate::domain::{CommandId, InboxEntry, LoopId, SessionId, Timestamp};
+use crate::store::{InboxQuery, JournalRange, JournalRows, StoreError};
 
 /// Events with `after < seq <= upto`, of one session or all, ascending, as many as `page` holds,
 /// and whether more remain up to `upto`.
-pub async fn range(
-    conn: &Conn,
-    session: Option<SessionId>,
-    after: i64,
-    upto: i64,
-    page: PageLimit,
-) -> Result<(Vec<(i64, String)>, bool), StoreError> {
+pub async fn range(conn: &Conn, range: &JournalRange) -> Result<JournalRows, StoreError> {
+    let JournalRange { session, after, upto, page } = *range;
     let limit = page.sql_limit();
     let row = |r: tokio_postgres::Row| Ok((r.get::<_, i64>(0), r.get::<_, String>(1)));
     let size = |(_, event): &(i64, String)| event.len() + 40;
@@ -43,22 +38,6 @@ pub async fn range(
     }
 }
 
-/// Events with seq ≥ `from`, as many as `page` holds (spec §5.7).
-pub async fn page(
-    conn: &Conn,
-    session: Option<SessionId>,
-    from: i64,
-    page: PageLimit,
-) -> Result<JournalPage, StoreError> {
-    let (rows, more) = range(conn, session, from - 1, i64::MAX, page).await?;
-    let events = rows
-        .into_iter()
-        .map(|(journal_seq, event)| Ok(JournalEntry { journal_seq, event: json_column(event)? }))
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let next_journal_seq = events.last().map_or(from, |e| e.journal_seq + 1);
-    Ok(JournalPage { events, next_journal_seq, done: !more })
-}
-
 /// The oldest retained and the newest committed seq (0 and 0 for an empty journal).
 pub async fn bounds(conn: &Conn) -> Result<(i64, i64), StoreError> {
     let stmt = conn
@@ -70,14 +49,8 @@ pub async fn bounds(conn: &Conn) -> Result<(i64, i64), StoreError> {
 }
 
 /// Commands of one loop with seq > `after`, ascending; unacked ones unless `include_acked`.
-pub async fn inbox(
-    conn: &Conn,
-    session: SessionId,
-    loop_id: LoopId,
-    after: i64,
-    page: PageLimit,
-    include_acked: bool,
-) -> Result<Vec<InboxEntry>, StoreError> {
+pub async fn inbox(conn: &Conn, query: &InboxQuery) -> Result<Vec<InboxEntry>, StoreError> {
+    let InboxQuery { session, loop_id, after, page, include_acked } = *query;
     let stmt = conn
         .prepare_cached(
             "SELECT seq, command, acked_at FROM inbox

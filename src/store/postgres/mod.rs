@@ -39,14 +39,14 @@ pub use schema::SCHEMA_VERSION;
 pub use writer::PgBeforeCommit;
 
 use super::model::{
-    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, GateStats, Idempotency, Lease,
-    ListQuery, Listing, OpenOutcome, Pending,
+    AnswerOutcome, Attempt, Claim, CloseOutcome, Delivery, DeliveryStatus, Endpoint, Expiry, GateRecord, GateStats,
+    InboxQuery, JournalRange, JournalRows, Lease, ListQuery, Listing, OpenOutcome, Pending,
 };
-use super::{Backend, Background, DatabaseUrl, Health, NewGate, OpenError, PageLimit, StoreError, key_file};
-use crate::bus::{Bus, FrameFn};
+use super::{Background, DatabaseUrl, Health, NewGate, OpenError, PageLimit, Result, StoreError, key_file};
+use crate::bus::Bus;
+use crate::common::innermost_cause;
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, IdError, InboxEntry, JournalPage, LoopId, ServerKey,
-    SessionId, Timestamp,
+    AskUser, CloseReason, CommandId, GateId, IdError, InboxEntry, LoopId, ServerKey, SessionId, Timestamp,
 };
 use crate::metrics::WriterMetrics;
 use writer::{Writer, WriterHandle};
@@ -112,11 +112,9 @@ struct Inner {
 
 impl PgStore {
     /// Connects, migrates (under a lock, once for all replicas), reads the server key, and makes
-    /// the writer and the follower, returned for the caller to run: the follower feeds the bus.
-    pub async fn open(
-        settings: PgSettings,
-        frame: FrameFn,
-    ) -> Result<(Self, Arc<Bus>, ServerKey, Vec<Background>), OpenError> {
+    /// the writer and the follower, returned for the caller to run: the follower feeds `bus` (its
+    /// head set to the journal's first).
+    pub async fn open(settings: PgSettings, bus: Arc<Bus>) -> Result<(Self, ServerKey, Vec<Background>), OpenError> {
         let mut config: tokio_postgres::Config = settings.url.expose().parse().map_err(|_| {
             // The parser's message may quote the URL, and a URL may hold a password.
             OpenError::Database(
@@ -164,7 +162,7 @@ impl PgStore {
             let conn = pool.get().await.map_err(|e| OpenError::Database(pool_error(e).to_string()))?;
             journal::bounds(&conn).await.map_err(|e| OpenError::Database(format!("cannot read the journal: {e}")))?.1
         };
-        let bus = Arc::new(Bus::new(head, frame));
+        bus.start_at(head);
         let health = Arc::new(Health::default());
         let following = Arc::new(AtomicBool::new(true));
         let wake = Arc::new(Notify::new());
@@ -180,7 +178,7 @@ impl PgStore {
         let follower = follower::Follower {
             pool: pool.clone(),
             listen: config,
-            bus: Arc::clone(&bus),
+            bus,
             head,
             wake,
             reading: Arc::clone(&following),
@@ -191,7 +189,7 @@ impl PgStore {
             Background { name: "journal follower", task: Box::pin(follower.run()) },
         ];
         let store = Self { inner: Arc::new(Inner { pool, writer: handle, health, following, shutdown }) };
-        Ok((store, bus, key, background))
+        Ok((store, key, background))
     }
 
     /// A pooled connection for a read or a lone statement.
@@ -200,14 +198,8 @@ impl PgStore {
     }
 }
 
-impl Backend for PgStore {
-    async fn open_gate(
-        &self,
-        session: SessionId,
-        ask: AskUser,
-        new: NewGate,
-        max_open: usize,
-    ) -> Result<OpenOutcome, StoreError> {
+impl super::MintedGates for PgStore {
+    async fn open_gate(&self, session: SessionId, ask: AskUser, new: NewGate, max_open: usize) -> Result<OpenOutcome> {
         let ask = Arc::new(ask);
         self.inner
             .writer
@@ -218,16 +210,16 @@ impl Backend for PgStore {
             .await
     }
 
-    async fn answer_gate(
-        &self,
-        target: Answering,
-        answer: Answer,
-        key: Option<Idempotency>,
-        by: AnsweredBy,
-    ) -> Result<AnswerOutcome, StoreError> {
+    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>> {
+        gates::find_by_link(&*self.conn().await?, &digest).await
+    }
+}
+
+impl super::Gates for PgStore {
+    async fn answer_gate(&self, claim: Claim) -> Result<AnswerOutcome> {
         // The event and the command are made once, here, not inside the writer's transaction
         // (which may run a job again): the claim then writes them in one statement.
-        let job = Arc::new(gates::AnswerJob::new(target, answer, key, &by));
+        let job = Arc::new(gates::AnswerJob::new(claim));
         self.inner
             .writer
             .write_independent(move |conn| {
@@ -237,16 +229,11 @@ impl Backend for PgStore {
             .await
     }
 
-    async fn close_gate(
-        &self,
-        session: SessionId,
-        gate: GateId,
-        reason: CloseReason,
-    ) -> Result<CloseOutcome, StoreError> {
+    async fn close_gate(&self, session: SessionId, gate: GateId, reason: CloseReason) -> Result<CloseOutcome> {
         self.inner.writer.write(move |conn| Box::pin(gates::close(conn, session, gate, reason))).await
     }
 
-    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
+    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>> {
         let gates = Arc::new(gates);
         self.inner
             .writer
@@ -257,124 +244,93 @@ impl Backend for PgStore {
             .await
     }
 
-    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
+    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>> {
         gates::deadlines(&*self.conn().await?).await
     }
 
-    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError> {
-        journal::ack(&*self.conn().await?, session, loop_id, command, Timestamp::now()).await
-    }
-
-    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
+    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>> {
         gates::find(&*self.conn().await?, gate).await
     }
 
-    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>, StoreError> {
-        gates::find_by_link(&*self.conn().await?, &digest).await
-    }
-
-    async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError> {
+    async fn list_gates(&self, query: ListQuery) -> Result<Listing> {
         gates::list(&mut self.conn().await?, &query).await
     }
 
-    async fn inbox(
-        &self,
-        session: SessionId,
-        loop_id: LoopId,
-        after: i64,
-        page: PageLimit,
-        include_acked: bool,
-    ) -> Result<Vec<InboxEntry>, StoreError> {
-        journal::inbox(&*self.conn().await?, session, loop_id, after, page, include_acked).await
+    async fn gate_stats(&self) -> Result<GateStats> {
+        gates::stats(&*self.conn().await?).await
+    }
+}
+
+impl super::Journal for PgStore {
+    async fn journal_range(&self, range: JournalRange) -> Result<JournalRows> {
+        journal::range(&*self.conn().await?, &range).await
     }
 
-    async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage, StoreError> {
-        journal::page(&*self.conn().await?, session, from, page).await
-    }
-
-    async fn journal_range(
-        &self,
-        session: Option<SessionId>,
-        after: i64,
-        upto: i64,
-        page: PageLimit,
-    ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
-        journal::range(&*self.conn().await?, session, after, upto, page).await
-    }
-
-    async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
+    async fn journal_bounds(&self) -> Result<(i64, i64)> {
         journal::bounds(&*self.conn().await?).await
     }
+}
 
-    async fn webhook_register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>, StoreError> {
+impl super::Inbox for PgStore {
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<InboxEntry>> {
+        journal::inbox(&*self.conn().await?, &query).await
+    }
+
+    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool> {
+        journal::ack(&*self.conn().await?, session, loop_id, command, Timestamp::now()).await
+    }
+}
+
+/// Every write of the delivery state names the lease: a replica that lost it changes nothing.
+impl super::Deliveries for PgStore {
+    async fn register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>> {
         webhooks::register(&*self.conn().await?, &urls, &reenable).await
     }
 
-    async fn webhook_lease(
-        &self,
-        url: String,
-        owner: String,
-        ttl: Duration,
-    ) -> Result<Option<(Lease, Endpoint)>, StoreError> {
+    async fn lease(&self, url: String, owner: String, ttl: Duration) -> Result<Option<(Lease, Endpoint)>> {
         webhooks::lease(&*self.conn().await?, &url, &owner, ttl).await
     }
 
-    async fn webhook_release(&self, url: String, lease: Lease) -> Result<(), StoreError> {
+    async fn release(&self, url: String, lease: Lease) -> Result<()> {
         webhooks::release(&*self.conn().await?, &url, &lease).await
     }
 
-    async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {
+    async fn pending(&self, url: String, seq: i64) -> Result<Option<Pending>> {
         webhooks::pending(&*self.conn().await?, &url, seq).await
     }
 
-    async fn webhook_delivered(&self, url: String, seq: i64, lease: Lease) -> Result<bool, StoreError> {
-        webhooks::delivered(&*self.conn().await?, &url, seq, &lease).await
+    async fn record(&self, url: String, seq: i64, lease: Lease, attempt: Attempt) -> Result<bool> {
+        webhooks::record(&*self.conn().await?, &url, seq, &lease, &attempt).await
     }
 
-    async fn webhook_retry_at(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        next_at: Timestamp,
-        error: String,
-        lease: Lease,
-    ) -> Result<bool, StoreError> {
-        webhooks::retry_at(&*self.conn().await?, &url, seq, attempts, next_at, &error, &lease).await
-    }
-
-    async fn webhook_dead_letter(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        error: String,
-        lease: Lease,
-    ) -> Result<bool, StoreError> {
-        webhooks::dead_letter(&*self.conn().await?, &url, seq, attempts, &error, &lease).await
-    }
-
-    async fn webhook_disable(&self, url: String, why: String, lease: Lease) -> Result<bool, StoreError> {
+    async fn disable(&self, url: String, why: String, lease: Lease) -> Result<bool> {
         webhooks::disable(&*self.conn().await?, &url, &why, &lease).await
     }
 
-    async fn webhook_deliveries(
+    async fn deliveries(
         &self,
-        status: &'static str,
+        status: DeliveryStatus,
         after: Option<(String, i64)>,
         limit: usize,
-    ) -> Result<Vec<Delivery>, StoreError> {
+    ) -> Result<Vec<Delivery>> {
         webhooks::list(&*self.conn().await?, status, after, limit).await
     }
 
-    async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
+    async fn endpoint(&self, url: String) -> Result<Option<Endpoint>> {
         webhooks::endpoint(&*self.conn().await?, &url).await
     }
+}
 
-    async fn gate_stats(&self) -> Result<GateStats, StoreError> {
-        gates::stats(&*self.conn().await?).await
+impl super::Lifecycle for PgStore {
+    /// Finishes the queued writes, stops the follower and closes the pool.
+    async fn shutdown(&self) {
+        self.inner.writer.shutdown().await;
+        self.inner.shutdown.cancel();
+        self.inner.pool.close();
     }
+}
 
+impl super::Status for PgStore {
     fn queue_depth(&self) -> usize {
         self.inner.writer.queue_depth()
     }
@@ -382,13 +338,6 @@ impl Backend for PgStore {
     /// The writer's last transaction worked and the follower's last read did.
     fn is_healthy(&self) -> bool {
         self.inner.health.is_healthy() && self.inner.following.load(Ordering::Relaxed)
-    }
-
-    /// Finishes the queued writes, stops the follower and closes the pool.
-    async fn shutdown(&self) {
-        self.inner.writer.shutdown().await;
-        self.inner.shutdown.cancel();
-        self.inner.pool.close();
     }
 }
 
@@ -422,7 +371,7 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
 fn db_error(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => crate::error::innermost_cause(e),
+        None => innermost_cause(e),
     }
 }
 

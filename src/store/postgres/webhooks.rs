@@ -11,7 +11,7 @@ use super::classify;
 use super::writer::Conn;
 use crate::domain::Timestamp;
 use crate::store::StoreError;
-use crate::store::model::{Delivery, Endpoint, Lease, Pending};
+use crate::store::model::{Attempt, Delivery, DeliveryStatus, Endpoint, Lease, Pending};
 
 /// Makes sure every configured endpoint has a row (a new one starts at the journal head: it gets
 /// what happens from now on), re-enables the listed ones, and returns them all.
@@ -110,8 +110,52 @@ pub async fn pending(conn: &Conn, url: &str, seq: i64) -> Result<Option<Pending>
     }))
 }
 
+/// What became of an attempt at event `seq`, under the lease. Delivered: the cursor moves past
+/// it and its attempts are forgotten. Retried: its attempt is kept, with when to try again. A dead
+/// letter: kept as `failed`, and the endpoint moves on.
+pub async fn record(conn: &Conn, url: &str, seq: i64, lease: &Lease, attempt: &Attempt) -> Result<bool, StoreError> {
+    let (status, attempts, next_at, error) = match attempt {
+        Attempt::Delivered => return delivered(conn, url, seq, lease).await,
+        Attempt::Retry { attempts, next_at, error } => (DeliveryStatus::Pending, attempts, Some(next_at), error),
+        Attempt::DeadLetter { attempts, error } => (DeliveryStatus::Failed, attempts, None, error),
+    };
+    // The fence's update locks the endpoint's row whatever the status; only a dead letter moves
+    // the cursor.
+    let stmt = conn
+        .prepare_cached(
+            "WITH fence AS (
+                 UPDATE webhook_endpoints
+                 SET cursor = CASE WHEN $3::text = 'failed' THEN GREATEST(cursor, $2) ELSE cursor END
+                 WHERE url = $1 AND owner = $7 AND lease_epoch = $8 RETURNING url),
+             recorded AS (
+                 INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
+                 SELECT url, $2::bigint, $3::text, $4::integer, $5::bigint, $6::text, $9::bigint FROM fence
+                 ON CONFLICT (url, journal_seq) DO UPDATE SET
+                     status = excluded.status, attempts = excluded.attempts, next_at = excluded.next_at,
+                     last_error = excluded.last_error, updated_at = excluded.updated_at)
+             SELECT count(*) FROM fence",
+        )
+        .await
+        .map_err(classify)?;
+    let attempts = i32::try_from(*attempts).unwrap_or(i32::MAX);
+    let next_at = next_at.map(|at| at.as_nanos());
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &url,
+        &seq,
+        &status.as_str(),
+        &attempts,
+        &next_at,
+        &error.as_str(),
+        &lease.owner,
+        &lease.epoch,
+        &Timestamp::now().as_nanos(),
+    ];
+    let held: i64 = conn.query_one(&stmt, &params).await.map_err(classify)?.get(0);
+    Ok(held == 1)
+}
+
 /// Delivered: the cursor moves past it and its attempts are forgotten, under the lease.
-pub async fn delivered(conn: &Conn, url: &str, seq: i64, lease: &Lease) -> Result<bool, StoreError> {
+async fn delivered(conn: &Conn, url: &str, seq: i64, lease: &Lease) -> Result<bool, StoreError> {
     let stmt = conn
         .prepare_cached(
             "WITH fence AS (
@@ -123,68 +167,6 @@ pub async fn delivered(conn: &Conn, url: &str, seq: i64, lease: &Lease) -> Resul
         .await
         .map_err(classify)?;
     let held: i64 = conn.query_one(&stmt, &[&url, &seq, &lease.owner, &lease.epoch]).await.map_err(classify)?.get(0);
-    Ok(held == 1)
-}
-
-/// Failed, to be tried again at `next_at`, under the lease.
-pub async fn retry_at(
-    conn: &Conn,
-    url: &str,
-    seq: i64,
-    attempts: u32,
-    next_at: Timestamp,
-    error: &str,
-    lease: &Lease,
-) -> Result<bool, StoreError> {
-    let stmt = conn
-        .prepare_cached(
-            "WITH fence AS (
-                 SELECT url FROM webhook_endpoints WHERE url = $1 AND owner = $6 AND lease_epoch = $7 FOR UPDATE),
-             recorded AS (
-                 INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
-                 SELECT url, $2::bigint, 'pending', $3::integer, $4::bigint, $5::text, $8::bigint FROM fence
-                 ON CONFLICT (url, journal_seq) DO UPDATE SET
-                     attempts = excluded.attempts, next_at = excluded.next_at, last_error = excluded.last_error,
-                     updated_at = excluded.updated_at)
-             SELECT count(*) FROM fence",
-        )
-        .await
-        .map_err(classify)?;
-    let attempts = i32::try_from(attempts).unwrap_or(i32::MAX);
-    let params: [&(dyn ToSql + Sync); 8] =
-        [&url, &seq, &attempts, &next_at.as_nanos(), &error, &lease.owner, &lease.epoch, &Timestamp::now().as_nanos()];
-    let held: i64 = conn.query_one(&stmt, &params).await.map_err(classify)?.get(0);
-    Ok(held == 1)
-}
-
-/// Out of attempts: a dead letter, and the endpoint moves on, under the lease.
-pub async fn dead_letter(
-    conn: &Conn,
-    url: &str,
-    seq: i64,
-    attempts: u32,
-    error: &str,
-    lease: &Lease,
-) -> Result<bool, StoreError> {
-    let stmt = conn
-        .prepare_cached(
-            "WITH fence AS (
-                 UPDATE webhook_endpoints SET cursor = GREATEST(cursor, $2)
-                 WHERE url = $1 AND owner = $5 AND lease_epoch = $6 RETURNING url),
-             recorded AS (
-                 INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
-                 SELECT url, $2::bigint, 'failed', $3::integer, NULL, $4::text, $7::bigint FROM fence
-                 ON CONFLICT (url, journal_seq) DO UPDATE SET
-                     status = 'failed', attempts = excluded.attempts, next_at = NULL,
-                     last_error = excluded.last_error, updated_at = excluded.updated_at)
-             SELECT count(*) FROM fence",
-        )
-        .await
-        .map_err(classify)?;
-    let attempts = i32::try_from(attempts).unwrap_or(i32::MAX);
-    let params: [&(dyn ToSql + Sync); 7] =
-        [&url, &seq, &attempts, &error, &lease.owner, &lease.epoch, &Timestamp::now().as_nanos()];
-    let held: i64 = conn.query_one(&stmt, &params).await.map_err(classify)?.get(0);
     Ok(held == 1)
 }
 
@@ -204,7 +186,7 @@ pub async fn disable(conn: &Conn, url: &str, why: &str, lease: &Lease) -> Result
 /// Deliveries in one status, ordered by (url, seq), after a cursor, one more than `limit`.
 pub async fn list(
     conn: &Conn,
-    status: &str,
+    status: DeliveryStatus,
     after: Option<(String, i64)>,
     limit: usize,
 ) -> Result<Vec<Delivery>, StoreError> {
@@ -218,7 +200,7 @@ pub async fn list(
         .await
         .map_err(classify)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX - 1) + 1;
-    let rows = conn.query(&stmt, &[&status, &url, &seq, &limit]).await.map_err(classify)?;
+    let rows = conn.query(&stmt, &[&status.as_str(), &url, &seq, &limit]).await.map_err(classify)?;
     Ok(rows
         .iter()
         .map(|r| Delivery {

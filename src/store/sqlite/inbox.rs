@@ -5,7 +5,7 @@ use rusqlite::{Connection, params};
 use super::row::raw_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{CommandId, GateId, InboxEntry, LoopId, SessionId, Timestamp};
-use crate::store::PageLimit;
+use crate::store::InboxQuery;
 
 /// Puts one command in a loop's inbox (inside the claim transaction).
 pub fn enqueue(
@@ -31,14 +31,8 @@ pub fn enqueue(
 }
 
 /// Commands of one loop with seq > `after`, ascending; unacked ones unless `include_acked`.
-pub fn list(
-    conn: &Connection,
-    session: SessionId,
-    loop_id: LoopId,
-    after: i64,
-    page: PageLimit,
-    include_acked: bool,
-) -> rusqlite::Result<Vec<InboxEntry>> {
+pub fn list(conn: &Connection, query: &InboxQuery) -> rusqlite::Result<Vec<InboxEntry>> {
+    let InboxQuery { session, loop_id, after, page, include_acked } = *query;
     let mut stmt = conn.prepare_cached(
         "SELECT seq, command, acked_at FROM inbox
          WHERE session_id = ?1 AND loop_id = ?2 AND seq > ?3 AND (?4 OR acked_at IS NULL)

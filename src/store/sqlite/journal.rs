@@ -2,10 +2,9 @@
 
 use rusqlite::{Connection, params};
 
-use super::row::json_text;
 use crate::bus::Effect;
-use crate::domain::{GateId, JournalEntry, JournalPage, SessionId};
-use crate::store::PageLimit;
+use crate::domain::{GateId, SessionId};
+use crate::store::{JournalRange, JournalRows};
 
 /// Appends one event and returns its seq, assigned inside the committing transaction. The event
 /// is announced (doorbell, frame ring) once the transaction commits.
@@ -38,13 +37,8 @@ pub fn earliest(conn: &Connection) -> rusqlite::Result<i64> {
 
 /// Events with `after < seq <= upto`, of one session or all, ascending, as many as `page` holds:
 /// what a stream behind the frame ring reads. The flag says whether more remain up to `upto`.
-pub fn range(
-    conn: &Connection,
-    session: Option<SessionId>,
-    after: i64,
-    upto: i64,
-    page: PageLimit,
-) -> rusqlite::Result<(Vec<(i64, String)>, bool)> {
+pub fn range(conn: &Connection, range: &JournalRange) -> rusqlite::Result<JournalRows> {
+    let JournalRange { session, after, upto, page } = *range;
     // Two statements, so a session's reads use its index instead of scanning the whole journal.
     let limit = page.sql_limit();
     let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?));
@@ -62,20 +56,4 @@ pub fn range(
             page.fill(stmt.query_map(params![after, upto, limit], row)?, size)
         }
     }
-}
-
-/// Events with seq ≥ `from`, as many as `page` holds, optionally of one session (spec §5.7).
-pub fn page(
-    conn: &Connection,
-    session: Option<SessionId>,
-    from: i64,
-    page: PageLimit,
-) -> rusqlite::Result<JournalPage> {
-    let (rows, more) = range(conn, session, from - 1, i64::MAX, page)?;
-    let events = rows
-        .into_iter()
-        .map(|(journal_seq, event)| Ok(JournalEntry { journal_seq, event: json_text(1, event)? }))
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let next_journal_seq = events.last().map_or(from, |e| e.journal_seq + 1);
-    Ok(JournalPage { events, next_journal_seq, done: !more })
 }

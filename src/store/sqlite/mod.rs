@@ -3,7 +3,7 @@
 //! blocking threads (short indexed reads run in place, see `lookup`), and never hold a statement or
 //! a transaction across an `.await`. One process owns the file (`<db>.lock`).
 
-mod baseline;
+pub mod bench;
 mod cache;
 mod checkpointer;
 pub(crate) mod files;
@@ -19,26 +19,23 @@ use std::fs::{File, TryLockError};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-pub use baseline::{OneTransactionPerAnswer, minimal_claim_latencies_ms, minimal_claims_per_second};
 use cache::GateCache;
 pub use schema::SCHEMA_VERSION;
 pub use writer::{BeforeCommit, PendingCommit};
 
 use super::model::{
-    AnswerOutcome, Answering, CloseOutcome, Delivery, Endpoint, Expiry, GateRecord, GateStats, Idempotency, Lease,
-    ListQuery, Listing, OpenOutcome, Pending,
+    AnswerOutcome, Attempt, Claim, CloseOutcome, Delivery, DeliveryStatus, Endpoint, Expiry, GateRecord, GateStats,
+    InboxQuery, JournalRange, JournalRows, Lease, ListQuery, Listing, OpenOutcome, Pending,
 };
-use super::{Backend, Health, NewGate, OpenError, PageLimit, StoreError};
+use super::{Health, NewGate, OpenError, Result, StoreError};
 
-use crate::bus::{Bus, Effect, FrameFn};
-use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalPage, LoopId, ServerKey, SessionId,
-    Timestamp,
-};
+use crate::bus::{Bus, Effect};
+use crate::domain::{AskUser, CloseReason, CommandId, GateId, InboxEntry, LoopId, ServerKey, SessionId, Timestamp};
 use crate::metrics::WriterMetrics;
 use checkpointer::Checkpointer;
 use writer::{Job, Msg, Writer};
@@ -129,9 +126,9 @@ struct Inner {
 
 impl SqliteStore {
     /// Takes the exclusive lock, opens and migrates the database, reads (or makes) the server
-    /// key beside it, and starts the writer thread, which rings the returned bus after each
-    /// commit. Must be called from inside a tokio runtime.
-    pub fn open(config: SqliteSettings, frame: FrameFn) -> Result<(Self, Arc<Bus>, ServerKey), OpenError> {
+    /// key beside it, and starts the writer thread, which rings `bus` after each commit (its
+    /// head set to the journal's first). Must be called from inside a tokio runtime.
+    pub fn open(config: SqliteSettings, bus: Arc<Bus>) -> Result<(Self, ServerKey), OpenError> {
         let lock_file = files::sibling(&config.path, ".lock");
         let lock = files::open_lock(&lock_file)?;
         match lock.try_lock() {
@@ -155,14 +152,14 @@ impl SqliteStore {
         let (conn, key) = schema::open_writer(&config.path, config.durability, &key_file)?;
         let head = journal::head(&conn)
             .map_err(|e| OpenError::Database(format!("{}: cannot read the journal: {e}", config.path.display())))?;
-        let bus = Arc::new(Bus::new(head, frame));
+        bus.start_at(head);
         let health = Arc::new(Health::default());
         let (jobs, rx) = mpsc::channel(QUEUE_DEPTH);
         let cache = Arc::new(GateCache::default());
         let writer = Writer {
             conn,
             rx,
-            bus: Arc::clone(&bus),
+            bus,
             cache: Arc::clone(&cache),
             health: Arc::clone(&health),
             before_commit: config.before_commit,
@@ -192,7 +189,7 @@ impl SqliteStore {
                 thread: Mutex::new(Some(thread)),
             }),
         };
-        Ok((store, bus, key))
+        Ok((store, key))
     }
 
     /// Runs `work` in the writer's next transaction and waits until that transaction is decided.
@@ -270,37 +267,27 @@ impl SqliteStore {
     }
 }
 
-impl Backend for SqliteStore {
-    async fn open_gate(
-        &self,
-        session: SessionId,
-        ask: AskUser,
-        new: NewGate,
-        max_open: usize,
-    ) -> Result<OpenOutcome, StoreError> {
+impl super::MintedGates for SqliteStore {
+    async fn open_gate(&self, session: SessionId, ask: AskUser, new: NewGate, max_open: usize) -> Result<OpenOutcome> {
         self.write(move |conn, effects| gates::open(conn, session, &ask, new, max_open, effects)).await
     }
 
-    async fn answer_gate(
-        &self,
-        target: Answering,
-        answer: Answer,
-        key: Option<Idempotency>,
-        by: AnsweredBy,
-    ) -> Result<AnswerOutcome, StoreError> {
+    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>> {
+        self.lookup(move |conn| gates::find_by_link(conn, &digest)).await
+    }
+}
+
+impl super::Gates for SqliteStore {
+    async fn answer_gate(&self, claim: Claim) -> Result<AnswerOutcome> {
+        let Claim { target, answer, key, by } = claim;
         self.write(move |conn, effects| gates::answer(conn, &target, &answer, key.as_ref(), &by, effects)).await
     }
 
-    async fn close_gate(
-        &self,
-        session: SessionId,
-        gate: GateId,
-        reason: CloseReason,
-    ) -> Result<CloseOutcome, StoreError> {
+    async fn close_gate(&self, session: SessionId, gate: GateId, reason: CloseReason) -> Result<CloseOutcome> {
         self.write(move |conn, effects| gates::close(conn, session, gate, reason, effects)).await
     }
 
-    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>, StoreError> {
+    async fn expire_gates(&self, gates: Vec<GateId>) -> Result<Vec<Expiry>> {
         // A job per gate: they queue together and commit together, and one that fails on its
         // own (a broken stored gate) rolls back alone.
         let jobs = gates.into_iter().map(|gate| self.write(move |conn, effects| gates::expire(conn, gate, effects)));
@@ -314,15 +301,11 @@ impl Backend for SqliteStore {
             .collect()
     }
 
-    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>, StoreError> {
+    async fn deadlines(&self) -> Result<Vec<(GateId, Timestamp)>> {
         self.read(gates::deadlines).await
     }
 
-    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool, StoreError> {
-        self.write(move |conn, _| Ok(inbox::ack(conn, session, loop_id, command, Timestamp::now())?)).await
-    }
-
-    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>, StoreError> {
+    async fn gate(&self, gate: GateId) -> Result<Option<GateRecord>> {
         let miss = match self.inner.cache.get(gate) {
             Ok(record) => return Ok(Some(record)),
             Err(miss) => miss,
@@ -334,126 +317,79 @@ impl Backend for SqliteStore {
         Ok(record)
     }
 
-    async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>, StoreError> {
-        self.lookup(move |conn| gates::find_by_link(conn, &digest)).await
-    }
-
-    async fn list_gates(&self, query: ListQuery) -> Result<Listing, StoreError> {
+    async fn list_gates(&self, query: ListQuery) -> Result<Listing> {
         self.read(move |conn| gates::list(conn, &query)).await
     }
 
-    async fn inbox(
-        &self,
-        session: SessionId,
-        loop_id: LoopId,
-        after: i64,
-        page: PageLimit,
-        include_acked: bool,
-    ) -> Result<Vec<InboxEntry>, StoreError> {
-        // In place: the agent is waiting on this read (its long-poll just woke), and it is one
-        // range of one loop's index, bounded by the page.
-        self.lookup(move |conn| inbox::list(conn, session, loop_id, after, page, include_acked)).await
+    async fn gate_stats(&self) -> Result<GateStats> {
+        self.read(gates::stats).await
+    }
+}
+
+impl super::Journal for SqliteStore {
+    async fn journal_range(&self, range: JournalRange) -> Result<JournalRows> {
+        self.read(move |conn| journal::range(conn, &range)).await
     }
 
-    async fn journal(&self, session: Option<SessionId>, from: i64, page: PageLimit) -> Result<JournalPage, StoreError> {
-        self.read(move |conn| journal::page(conn, session, from, page)).await
-    }
-
-    async fn journal_range(
-        &self,
-        session: Option<SessionId>,
-        after: i64,
-        upto: i64,
-        page: PageLimit,
-    ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
-        self.read(move |conn| journal::range(conn, session, after, upto, page)).await
-    }
-
-    async fn journal_bounds(&self) -> Result<(i64, i64), StoreError> {
+    async fn journal_bounds(&self) -> Result<(i64, i64)> {
         self.lookup(|conn| Ok((journal::earliest(conn)?, journal::head(conn)?))).await
     }
+}
 
-    async fn webhook_register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>, StoreError> {
+impl super::Inbox for SqliteStore {
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<InboxEntry>> {
+        // In place: the agent is waiting on this read (its long-poll just woke), and it is one
+        // range of one loop's index, bounded by the page.
+        self.lookup(move |conn| inbox::list(conn, &query)).await
+    }
+
+    async fn ack_command(&self, session: SessionId, loop_id: LoopId, command: CommandId) -> Result<bool> {
+        self.write(move |conn, _| Ok(inbox::ack(conn, session, loop_id, command, Timestamp::now())?)).await
+    }
+}
+
+/// One process owns the database (its lock file), so every lease is granted and never lost.
+impl super::Deliveries for SqliteStore {
+    async fn register(&self, urls: Vec<String>, reenable: Vec<String>) -> Result<Vec<Endpoint>> {
         self.write(move |conn, _| Ok(webhooks::register(conn, &urls, &reenable, journal::head(conn)?)?)).await
     }
 
-    /// One process owns the database (its lock file), so the lease is always granted.
-    async fn webhook_lease(
-        &self,
-        url: String,
-        owner: String,
-        _ttl: std::time::Duration,
-    ) -> Result<Option<(Lease, Endpoint)>, StoreError> {
+    async fn lease(&self, url: String, owner: String, _ttl: Duration) -> Result<Option<(Lease, Endpoint)>> {
         let endpoint = self.read(move |conn| webhooks::endpoint(conn, &url)).await?;
         Ok(endpoint.map(|endpoint| (Lease { owner, epoch: 0 }, endpoint)))
     }
 
-    async fn webhook_release(&self, _url: String, _lease: Lease) -> Result<(), StoreError> {
+    async fn release(&self, _url: String, _lease: Lease) -> Result<()> {
         Ok(())
     }
 
-    async fn webhook_endpoint(&self, url: String) -> Result<Option<Endpoint>, StoreError> {
-        self.read(move |conn| webhooks::endpoint(conn, &url)).await
-    }
-
-    async fn gate_stats(&self) -> Result<GateStats, StoreError> {
-        self.read(gates::stats).await
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.inner.jobs.max_capacity() - self.inner.jobs.capacity()
-    }
-
-    async fn webhook_pending(&self, url: String, seq: i64) -> Result<Option<Pending>, StoreError> {
+    async fn pending(&self, url: String, seq: i64) -> Result<Option<Pending>> {
         self.read(move |conn| webhooks::pending(conn, &url, seq)).await
     }
 
-    async fn webhook_delivered(&self, url: String, seq: i64, _lease: Lease) -> Result<bool, StoreError> {
-        self.write(move |conn, _| Ok(webhooks::delivered(conn, &url, seq)?)).await.map(|()| true)
+    async fn record(&self, url: String, seq: i64, _lease: Lease, attempt: Attempt) -> Result<bool> {
+        self.write(move |conn, _| Ok(webhooks::record(conn, &url, seq, &attempt)?)).await.map(|()| true)
     }
 
-    async fn webhook_retry_at(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        next_at: Timestamp,
-        error: String,
-        _lease: Lease,
-    ) -> Result<bool, StoreError> {
-        self.write(move |conn, _| Ok(webhooks::retry_at(conn, &url, seq, attempts, next_at, &error)?))
-            .await
-            .map(|()| true)
-    }
-
-    async fn webhook_dead_letter(
-        &self,
-        url: String,
-        seq: i64,
-        attempts: u32,
-        error: String,
-        _lease: Lease,
-    ) -> Result<bool, StoreError> {
-        self.write(move |conn, _| Ok(webhooks::dead_letter(conn, &url, seq, attempts, &error)?)).await.map(|()| true)
-    }
-
-    async fn webhook_disable(&self, url: String, why: String, _lease: Lease) -> Result<bool, StoreError> {
+    async fn disable(&self, url: String, why: String, _lease: Lease) -> Result<bool> {
         self.write(move |conn, _| Ok(webhooks::disable(conn, &url, &why)?)).await.map(|()| true)
     }
 
-    async fn webhook_deliveries(
+    async fn deliveries(
         &self,
-        status: &'static str,
+        status: DeliveryStatus,
         after: Option<(String, i64)>,
         limit: usize,
-    ) -> Result<Vec<Delivery>, StoreError> {
+    ) -> Result<Vec<Delivery>> {
         self.read(move |conn| webhooks::list(conn, status, after, limit)).await
     }
 
-    fn is_healthy(&self) -> bool {
-        self.inner.health.is_healthy()
+    async fn endpoint(&self, url: String) -> Result<Option<Endpoint>> {
+        self.read(move |conn| webhooks::endpoint(conn, &url)).await
     }
+}
 
+impl super::Lifecycle for SqliteStore {
     /// Drains the writer, checkpoints and closes the database, and releases the lock.
     async fn shutdown(&self) {
         self.inner.readers.lock().expect("reader pool").clear();
@@ -466,5 +402,15 @@ impl Backend for SqliteStore {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         drop(self.inner.lock.lock().expect("lock file").take());
+    }
+}
+
+impl super::Status for SqliteStore {
+    fn queue_depth(&self) -> usize {
+        self.inner.jobs.max_capacity() - self.inner.jobs.capacity()
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.inner.health.is_healthy()
     }
 }

@@ -3,7 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::domain::Timestamp;
-use crate::store::model::{Delivery, Endpoint, Pending};
+use crate::store::model::{Attempt, Delivery, DeliveryStatus, Endpoint, Pending};
 
 /// Makes sure every configured endpoint has a row (a new one starts at the journal head: it gets
 /// what happens from now on), re-enables the listed ones, and returns them all.
@@ -36,12 +36,40 @@ pub fn pending(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<Optio
     .optional()
 }
 
-/// Delivered: move the cursor past it and forget its attempts. Runs once per delivered event on
-/// the writer, so its statements are cached.
-pub fn delivered(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<()> {
-    advance_cursor(conn, url, seq)?;
-    conn.prepare_cached("DELETE FROM webhook_attempts WHERE url = ?1 AND journal_seq = ?2")?
-        .execute(params![url, seq])?;
+/// What became of an attempt at event `seq`. Delivered: the cursor moves past it and its
+/// attempts are forgotten (once per delivered event on the writer, so the statements are
+/// cached). Retried: its attempt is kept, with when to try again. A dead letter: kept as
+/// `failed`, and the endpoint moves on.
+pub fn record(conn: &Connection, url: &str, seq: i64, attempt: &Attempt) -> rusqlite::Result<()> {
+    let (status, attempts, next_at, error) = match attempt {
+        Attempt::Delivered => {
+            advance_cursor(conn, url, seq)?;
+            conn.prepare_cached("DELETE FROM webhook_attempts WHERE url = ?1 AND journal_seq = ?2")?
+                .execute(params![url, seq])?;
+            return Ok(());
+        }
+        Attempt::Retry { attempts, next_at, error } => (DeliveryStatus::Pending, attempts, Some(next_at), error),
+        Attempt::DeadLetter { attempts, error } => (DeliveryStatus::Failed, attempts, None, error),
+    };
+    conn.prepare_cached(
+        "INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (url, journal_seq) DO UPDATE SET
+           status = excluded.status, attempts = excluded.attempts, next_at = excluded.next_at,
+           last_error = excluded.last_error, updated_at = excluded.updated_at",
+    )?
+    .execute(params![
+        url,
+        seq,
+        status.as_str(),
+        attempts,
+        next_at.map(|at| at.as_nanos()),
+        error,
+        Timestamp::now().as_nanos()
+    ])?;
+    if status == DeliveryStatus::Failed {
+        advance_cursor(conn, url, seq)?;
+    }
     Ok(())
 }
 
@@ -50,39 +78,6 @@ fn advance_cursor(conn: &Connection, url: &str, seq: i64) -> rusqlite::Result<()
     conn.prepare_cached("UPDATE webhook_endpoints SET cursor = ?2 WHERE url = ?1 AND cursor < ?2")?
         .execute(params![url, seq])?;
     Ok(())
-}
-
-/// Failed, to be tried again at `next_at`.
-pub fn retry_at(
-    conn: &Connection,
-    url: &str,
-    seq: i64,
-    attempts: u32,
-    next_at: Timestamp,
-    error: &str,
-) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
-         VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)
-         ON CONFLICT (url, journal_seq) DO UPDATE SET
-           attempts = excluded.attempts, next_at = excluded.next_at, last_error = excluded.last_error,
-           updated_at = excluded.updated_at",
-        params![url, seq, attempts, next_at.as_nanos(), error, Timestamp::now().as_nanos()],
-    )?;
-    Ok(())
-}
-
-/// Out of attempts: a dead letter, and the endpoint moves on.
-pub fn dead_letter(conn: &Connection, url: &str, seq: i64, attempts: u32, error: &str) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO webhook_attempts (url, journal_seq, status, attempts, next_at, last_error, updated_at)
-         VALUES (?1, ?2, 'failed', ?3, NULL, ?4, ?5)
-         ON CONFLICT (url, journal_seq) DO UPDATE SET
-           status = 'failed', attempts = excluded.attempts, next_at = NULL, last_error = excluded.last_error,
-           updated_at = excluded.updated_at",
-        params![url, seq, attempts, error, Timestamp::now().as_nanos()],
-    )?;
-    advance_cursor(conn, url, seq)
 }
 
 /// The endpoint answered 410 Gone: stop until an operator re-enables it.
@@ -97,7 +92,7 @@ pub fn disable(conn: &Connection, url: &str, why: &str) -> rusqlite::Result<()> 
 /// Deliveries in one status, ordered by (url, seq), after a cursor, one more than `limit`.
 pub fn list(
     conn: &Connection,
-    status: &str,
+    status: DeliveryStatus,
     after: Option<(String, i64)>,
     limit: usize,
 ) -> rusqlite::Result<Vec<Delivery>> {
@@ -107,7 +102,7 @@ pub fn list(
          WHERE status = ?1 AND (url > ?2 OR (url = ?2 AND journal_seq > ?3))
          ORDER BY url, journal_seq LIMIT ?4",
     )?
-    .query_map(params![status, url, seq, limit as i64 + 1], |r| {
+    .query_map(params![status.as_str(), url, seq, limit as i64 + 1], |r| {
         Ok(Delivery {
             url: r.get(0)?,
             journal_seq: r.get(1)?,

@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn a_job_that_fails_rolls_back_alone_and_its_neighbours_commit() {
-        let bus = Arc::new(Bus::new(0, crate::bus::test_frame));
+        let bus = Arc::new(Bus::new(crate::bus::test_frame));
         let gates = [GateId::mint(), GateId::mint(), GateId::mint()];
         let mut woken: Vec<_> = gates.iter().map(|g| bus.watch_gate(*g)).collect();
         let (a, a_reply) = insert("job-a", gates[0], Ok(()));
@@ -514,7 +514,7 @@ mod tests {
     /// A batch of three jobs whose middle one hits `fault`: every job fails with a retryable
     /// error and nothing of the batch commits.
     fn storage_fault_mid_batch(fault: fn(&Connection) -> rusqlite::Result<()>) {
-        let bus = Arc::new(Bus::new(0, crate::bus::test_frame));
+        let bus = Arc::new(Bus::new(crate::bus::test_frame));
         let (a, a_reply) = insert("job-a", GateId::mint(), Ok(()));
         let (faulty, faulty_reply) = Job::new(move |conn, _| {
             conn.execute("INSERT INTO meta (key, value) VALUES ('job-b', 'v')", [])?;
@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn a_panicking_job_fails_alone() {
-        let bus = Arc::new(Bus::new(0, crate::bus::test_frame));
+        let bus = Arc::new(Bus::new(crate::bus::test_frame));
         let (a, a_reply) = insert("job-a", GateId::mint(), Ok(()));
         let (boom, boom_reply) = Job::new(|conn, _| -> Result<(), StoreError> {
             conn.execute("INSERT INTO meta (key, value) VALUES ('job-boom', 'v')", [])?;

@@ -214,13 +214,3 @@ impl IntoResponse for ApiError {
         response
     }
 }
-
-/// The innermost cause of an error ("Connection refused"), which says more to a person than the
-/// outer layers of a client library's error.
-pub fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut source = e;
-    while let Some(next) = source.source() {
-        source = next;
-    }
-    source.to_string()
-}

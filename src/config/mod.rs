@@ -1,0 +1,314 @@
+//! The command line: `gatehouse serve` and its flags, each with a `GATEHOUSE_*` environment
+//! fallback, the client subcommands (`ask`, `answer`, `gates`, `tail`, `mcp`) and `bench`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+pub mod serve;
+
+pub use serve::{HttpArgs, LogArgs, LogFormat, SecurityArgs, ServeArgs, StoreArgs, SyncMode, WebhookArgs};
+
+/// The after-help of a client subcommand: its own text, then the environment every client reads
+/// (`GATEHOUSE_TOKEN` has no flag, so this is where `--help` shows it).
+macro_rules! client_help {
+    ($text:literal) => {
+        concat!(
+            $text,
+            "
+
+Environment:
+  GATEHOUSE_URL    the server, as --url (default http://127.0.0.1:8080)
+  GATEHOUSE_TOKEN  the bearer token, when the server has a tokens file; read from the environment
+                   only, so it never shows in the process list"
+        )
+    };
+}
+
+/// gatehouse: an AI agent asks a person a question and gets back exactly one answer.
+#[derive(Debug, Parser)]
+#[command(name = "gatehouse", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gate server (on an embedded SQLite file by default, or on PostgreSQL).
+    // Boxed: the server has many flags, the client subcommands few.
+    Serve(Box<ServeArgs>),
+    /// Ask a person a question and print the answer (blocks until answered).
+    #[command(after_help = client_help!(
+        "Prints the answer alone on stdout; on stderr, the gate id and how to answer it.
+Exit codes: 0 answered, 2 withdrawn, 3 timed out without a default, 1 error; 130, 143 and 129
+after SIGINT, SIGTERM and SIGHUP (each withdraws the gate first).
+
+Examples:
+  gatehouse ask 'Deploy to prod?' --choice yes --choice no
+  gatehouse ask 'Which region?' --choice eu --choice us --allow-other --timeout 10m --default eu
+  if [ \"$(gatehouse ask 'Deploy?' --choice yes --choice no)\" = yes ]; then ./deploy.sh; fi"
+    ))]
+    Ask(AskArgs),
+    /// Answer an open gate, named by its id or a unique prefix of it (8 characters or more).
+    #[command(after_help = client_help!(
+        "Examples:
+  gatehouse answer 9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f yes
+  gatehouse answer 9d3e4f50 yes        # the short id `gatehouse gates` shows"
+    ))]
+    Answer(AnswerArgs),
+    /// List gates as a table (open ones unless --all).
+    #[command(after_help = client_help!(
+        "Examples:\n  gatehouse gates\n  gatehouse gates --all\n  gatehouse gates --watch"
+    ))]
+    Gates(GatesArgs),
+    /// Print journal events as JSON lines, then follow new ones.
+    #[command(after_help = client_help!(
+        "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type"
+    ))]
+    Tail(TailArgs),
+    /// Serve the Model Context Protocol over stdio: tools `ask_user` and `approve_tool_call` for
+    /// an MCP client's agent, answered through this gatehouse server.
+    #[command(after_help = client_help!(
+        "Register it with an MCP client, for example (the client starts it and speaks on its stdio):
+  {\"mcpServers\": {\"gatehouse\": {\"command\": \"gatehouse\", \"args\": [\"mcp\", \"--session\", \"<uuid>\"],
+                                \"env\": {\"GATEHOUSE_URL\": \"http://127.0.0.1:8080\"}}}}
+
+A retried tool call finds its gate again (also across restarts, given --session); a cancelled call
+withdraws its gate. A client may name a call with _meta \"gatehouse/call_id\"."
+    ))]
+    Mcp(McpArgs),
+    /// Measure gatehouse side by side with this machine's own ceilings (starts its own servers).
+    #[command(after_help = BENCH_HELP)]
+    Bench(BenchArgs),
+    /// The bare comparison server `bench` starts: axum hello and a tokio-broadcast SSE fan-out.
+    #[command(name = "bench-ceiling", hide = true)]
+    BenchCeiling(CeilingArgs),
+}
+
+const BENCH_HELP: &str = "\
+It starts `gatehouse serve` and a bare axum server as child processes on temporary databases
+(under $TMPDIR) and loopback ports, drives them from this process, and prints every figure as
+the median of its runs with the min-max range, then each target as a ratio from the same run.
+Figures below a target are reported, not failed: it exits 0 whenever it measured.
+
+Examples:
+  gatehouse bench --smoke                  # seconds: checks that every figure can be measured
+  gatehouse bench --quick --json benches/quick.json --svg benches/quick.svg
+  gatehouse bench --sync normal            # full sizes and durations, without power-loss durability
+  gatehouse bench --quick --database-url postgres://postgres@127.0.0.1:5432/postgres
+                                           # and the PostgreSQL figures: one replica, three, the lock";
+
+/// Where the server is (client subcommands).
+#[derive(Clone, Args)]
+pub struct ClientArgs {
+    /// The gatehouse server.
+    #[arg(long, env = "GATEHOUSE_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// The bearer token, when the server has a tokens file (read from the environment only, so
+    /// it never shows in the process list; `client_help!` names it in every client's `--help`).
+    #[arg(skip = std::env::var("GATEHOUSE_TOKEN").ok().filter(|t| !t.is_empty()))]
+    pub token: Option<String>,
+}
+
+/// Flags of `gatehouse ask`.
+#[derive(Debug, Clone, Args)]
+pub struct AskArgs {
+    /// The question.
+    pub question: String,
+    /// A choice (repeat for more); without any, the answer is free text.
+    #[arg(long = "choice", value_name = "C")]
+    pub choices: Vec<String>,
+    /// Accept free text besides the choices.
+    #[arg(long, requires = "choices")]
+    pub allow_other: bool,
+    /// Session id (default: a fresh one).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Loop id (default: a fresh one).
+    #[arg(long = "loop", value_name = "ID")]
+    pub loop_id: Option<String>,
+    /// Tool execution id; asking again with the same ids finds the same gate (default: fresh).
+    #[arg(long = "id", value_name = "ID")]
+    pub tool_execution_id: Option<String>,
+    /// Stop waiting after this long (e.g. 90s, 10m, 1h30m): answer with --default, or withdraw
+    /// the gate and exit 3.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The answer given when --timeout passes (recorded by the server as a timeout answer).
+    #[arg(long, value_name = "ANSWER", requires = "timeout")]
+    pub default: Option<String>,
+    /// Print the whole gate view as JSON instead of the answer alone.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse mcp`.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// The session the questions go into (a UUID; default: a fresh one per run). Give the same
+    /// one each run so that a restarted client's retried calls find their questions again.
+    #[arg(long, value_name = "ID", env = "GATEHOUSE_SESSION")]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse answer`.
+#[derive(Debug, Clone, Args)]
+pub struct AnswerArgs {
+    /// The gate to answer: its id, or a unique prefix of it (8 characters or more).
+    pub gate_id: String,
+    /// The answer.
+    pub answer: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse gates`.
+#[derive(Debug, Clone, Args)]
+pub struct GatesArgs {
+    /// Every gate, newest first, not only the open ones.
+    #[arg(long)]
+    pub all: bool,
+    /// Keep printing what happens to gates, live.
+    #[arg(long)]
+    pub watch: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse tail`.
+#[derive(Debug, Clone, Args)]
+pub struct TailArgs {
+    /// Start after this journal seq (default: from the beginning).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub after: u64,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Flags of `gatehouse bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The full stream counts and race size, fewer answers and shorter runs: under 3 minutes on 2
+    /// cores.
+    #[arg(long, conflicts_with = "smoke")]
+    pub quick: bool,
+    /// Tiny sizes: only checks that every figure can be measured (seconds).
+    #[arg(long)]
+    pub smoke: bool,
+    /// Also write the figures as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Also draw the targets as an SVG chart to this file.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<PathBuf>,
+    /// The durability both gatehouse and the raw SQLite ceiling run with.
+    #[arg(long, value_enum, default_value_t = SyncMode::Full)]
+    pub sync: SyncMode,
+    /// Also measure gatehouse on PostgreSQL (one replica and three), on databases the bench
+    /// creates on this server for the run and drops after: the user needs CREATEDB.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+}
+
+/// Flags of the hidden `gatehouse bench-ceiling`.
+#[derive(Debug, Clone, Args)]
+pub struct CeilingArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: SocketAddr,
+}
+
+impl fmt::Debug for ClientArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = self.token.as_ref().map(|_| "<redacted>");
+        f.debug_struct("ClientArgs").field("url", &self.url).field("token", &token).finish()
+    }
+}
+
+/// `1048576`, `512KiB`, `1MiB` (K and M are read as KiB and MiB).
+pub(crate) fn parse_size(raw: &str) -> Result<usize, String> {
+    let raw = raw.trim();
+    let split = raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len());
+    let (digits, unit) = raw.split_at(split);
+    let n: usize = digits.parse().map_err(|_| format!("{raw:?} is not a size like 1048576 or 1MiB"))?;
+    let factor = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" | "kB" | "KB" => 1024,
+        "M" | "MiB" | "MB" => 1024 * 1024,
+        other => return Err(format!("unknown size unit {other:?} (use KiB or MiB)")),
+    };
+    match n.checked_mul(factor) {
+        Some(0) | None => Err(format!("{raw:?} is not a usable size")),
+        Some(size) => Ok(size),
+    }
+}
+
+/// `<int>(ms|s|m|h|d)`, combinable (`1m30s`); a bare integer is seconds.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let bad = || format!("{raw:?} is not a duration like 15s, 500ms or 1m30s");
+    let mut total = Duration::ZERO;
+    let mut rest = raw;
+    if let Ok(seconds) = raw.parse::<u64>() {
+        total = Duration::from_secs(seconds);
+        rest = "";
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit_len = rest[digits..].find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len() - digits);
+        let unit = &rest[digits..digits + unit_len];
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+            "d" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &rest[digits + unit_len..];
+    }
+    // A year bounds every use (deadline arithmetic must not overflow).
+    const LONGEST: Duration = Duration::from_secs(366 * 86_400);
+    match total {
+        t if t.is_zero() => Err(format!("{raw:?} must be longer than zero")),
+        t if t > LONGEST => Err(format!("{raw:?} is longer than a year")),
+        t => Ok(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in ["", "0", "0s", "s", "5x", "1.5s", "-1s", "400d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("1GiB").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+}
