@@ -19,7 +19,7 @@
 //! its cursor.
 //!
 //! **Authentication.** A connection counts against its client address's budget of
-//! unauthenticated connections (`server::AddressSlot`) until one of its requests passes the route
+//! unauthenticated connections (`address_budget::AddressSlot`) until one of its requests passes the route
 //! guard with a token or login cookie (`Authenticate`, marked by a hook behind the guard); in open
 //! mode, where there are no credentials, until a request head arrived whole.
 
@@ -40,7 +40,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use super::server::AddressSlot;
+use super::address_budget::AddressSlot;
 use super::{App, AppFuture};
 use crate::metrics::Metrics;
 
@@ -359,7 +359,7 @@ impl Drop for ResponseBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::server::AddressBudget;
+    use crate::http::address_budget::AddressBudget;
 
     fn connection() -> (Arc<AddressBudget>, Connection) {
         let budget = Arc::new(AddressBudget::new(1));

@@ -27,8 +27,8 @@ use futures_util::future::CatchUnwind;
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::extract;
 use super::guard::{Principal, RouteTemplate};
+use super::headers;
 use crate::http::error::{ApiError, Failure};
 use crate::metrics::Metrics;
 
@@ -130,7 +130,7 @@ fn finish(response: &mut Response, line: &Line) {
     // API answers are one caller's view at one moment (and may name its gates or tokens): no
     // cache, shared or private, may keep them. Pages, files and streams set their own.
     if !headers.contains_key(header::CACHE_CONTROL)
-        && headers.get(header::CONTENT_TYPE).is_some_and(|ct| extract::is_json(ct.as_bytes()))
+        && headers.get(header::CONTENT_TYPE).is_some_and(|ct| headers::is_json(ct.as_bytes()))
     {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }

@@ -14,7 +14,7 @@ use std::fmt;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::HeaderMap;
-use axum::http::header::{AsHeaderName, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
 use http_body_util::BodyExt;
 use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
@@ -24,7 +24,8 @@ use tokio::time::Instant;
 use crate::auth::Caller;
 use crate::common::signature as sign;
 use crate::http::error::ApiError;
-use crate::http::guard::{ClientAddress, throttled};
+use crate::http::guard::{ClientAddress, no_inbound_secret, signature_refused, throttled};
+use crate::http::headers::{header_text, is_json};
 use crate::http::{AppState, Limits};
 
 /// Path parameters; a malformed id is `400 invalid_parameter`.
@@ -134,16 +135,6 @@ fn verify_webhook(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<
     Ok(id.to_owned())
 }
 
-/// The 401 of a signed answer to a server without `--inbound-secret-file`.
-pub fn no_inbound_secret() -> ApiError {
-    ApiError::Unauthorized("signed answers need the server's --inbound-secret-file".into())
-}
-
-/// The 401 of a signature that does not verify.
-pub fn signature_refused(e: sign::VerifyError) -> ApiError {
-    ApiError::Unauthorized(format!("the webhook signature does not verify: {e}"))
-}
-
 /// The request's parts and body bytes (`None` for a request without a body), after the media
 /// type and size checks.
 async fn read_json(req: Request, state: &AppState) -> Result<(Parts, Option<Bytes>), ApiError> {
@@ -240,20 +231,6 @@ async fn read_body(mut body: Body, limit: usize, expected: usize, state: &AppSta
         }
     }
     Ok(first.unwrap_or_else(|| Bytes::from(joined)))
-}
-
-/// A header's value as text, when present and visible ASCII.
-pub fn header_text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// `application/json`, case-insensitively, with any parameters (`; charset=utf-8`).
-pub fn is_json(content_type: &[u8]) -> bool {
-    let Ok(ct) = std::str::from_utf8(content_type) else {
-        return false;
-    };
-    let essence = ct.split(';').next().unwrap_or("").trim();
-    essence.eq_ignore_ascii_case("application/json")
 }
 
 /// Strict decoding in two passes: first a walk that refuses duplicate keys anywhere, then the

@@ -15,7 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::connection::Authenticate;
-use super::extract::{header_text, is_json, no_inbound_secret, signature_refused};
+use super::headers::{header_text, is_json};
 use crate::auth::{Access, Auth, Caller, Role};
 use crate::common::signature as sign;
 use crate::domain::{CommandId, GateId, LoopId, SessionId};
@@ -245,4 +245,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anyone))
     }
+}
+
+/// The 401 of a signed answer to a server without `--inbound-secret-file`.
+pub fn no_inbound_secret() -> ApiError {
+    ApiError::Unauthorized("signed answers need the server's --inbound-secret-file".into())
+}
+
+/// The 401 of a signature that does not verify.
+pub fn signature_refused(e: sign::VerifyError) -> ApiError {
+    ApiError::Unauthorized(format!("the webhook signature does not verify: {e}"))
 }

@@ -1,6 +1,7 @@
 //! The HTTP API: one module per resource, each listing its routes; `router` merges them. The
 //! route table is the router's only source, so the OpenAPI drift test can compare the two.
 
+mod address_budget;
 mod assets;
 mod connection;
 mod edge;
@@ -9,6 +10,7 @@ mod events;
 mod extract;
 mod gates;
 mod guard;
+mod headers;
 mod journal;
 mod links;
 mod login;

@@ -1,5 +1,5 @@
-//! The one integration-test binary: the real server over real loopback sockets and temporary
-//! SQLite files.
+//! The one integration-test binary: the real server over real loopback sockets, on temporary
+//! SQLite files, or on PostgreSQL when `GATEHOUSE_TEST_DATABASE_URL` names a server (`database`).
 
 mod answers;
 mod auth;
@@ -17,6 +17,7 @@ mod helpers;
 mod hostile;
 mod inbox;
 mod kill;
+mod layering;
 mod metrics;
 mod ordering;
 mod pages;
