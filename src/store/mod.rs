@@ -19,6 +19,7 @@ mod key_file;
 mod model;
 mod page;
 pub mod postgres;
+mod queue;
 mod settings;
 pub mod sqlite;
 

@@ -193,6 +193,67 @@ pub struct ListQuery {
     pub after: Option<ListCursor>,
 }
 
+/// A value a listing's SQL binds.
+pub(crate) enum ListParam<'a> {
+    Session(SessionId),
+    States(&'a [GateState]),
+    Int(i64),
+}
+
+impl ListQuery {
+    /// The listing's SQL after `select`: its filter, order and limit, the same on every backend.
+    /// Each value is bound through `bind`, which returns its placeholder (for the states, the
+    /// whole test that follows `g.state`).
+    pub(crate) fn sql(&self, select: &str, mut bind: impl FnMut(ListParam<'_>) -> String) -> String {
+        let mut clauses = Vec::new();
+        if let Some(session) = self.session {
+            clauses.push(format!("g.session_id = {}", bind(ListParam::Session(session))));
+        }
+        if !self.states.is_empty() {
+            clauses.push(format!("g.state {}", bind(ListParam::States(&self.states))));
+        }
+        clauses.extend(self.after_clause(|value| bind(ListParam::Int(value))));
+        let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        let limit = bind(ListParam::Int(self.page.sql_limit()));
+        format!("{select} {filter} ORDER BY {} LIMIT {limit}", self.order_by())
+    }
+
+    /// The listing's `ORDER BY`, the same on every backend.
+    fn order_by(&self) -> &'static str {
+        match self.order {
+            ListOrder::Opened => "g.opened_seq ASC",
+            ListOrder::Newest => "g.opened_seq DESC",
+            ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
+            ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
+        }
+    }
+
+    /// The predicate that goes on after the previous page's last gate, if there was one. Each
+    /// value is bound through `param`, which returns its placeholder; only the values the
+    /// predicate uses are bound (PostgreSQL cannot type a parameter that is not used).
+    fn after_clause(&self, mut param: impl FnMut(i64) -> String) -> Option<String> {
+        let after = self.after?;
+        Some(match (self.order, after.key) {
+            (ListOrder::Opened, _) => format!("g.opened_seq > {}", param(after.opened_seq)),
+            (ListOrder::Newest, _) => format!("g.opened_seq < {}", param(after.opened_seq)),
+            (ListOrder::Deadline, None) => {
+                format!("(g.deadline IS NULL AND g.opened_seq > {})", param(after.opened_seq))
+            }
+            (ListOrder::Deadline, Some(deadline)) => {
+                let (seq, d) = (param(after.opened_seq), param(deadline));
+                format!("(g.deadline IS NULL OR g.deadline > {d} OR (g.deadline = {d} AND g.opened_seq > {seq}))")
+            }
+            (ListOrder::Resolved, None) => {
+                format!("(g.resolved_seq IS NULL AND g.opened_seq < {})", param(after.opened_seq))
+            }
+            // resolved_seq is unique, so it alone orders the resolved part.
+            (ListOrder::Resolved, Some(resolved)) => {
+                format!("(g.resolved_seq IS NULL OR g.resolved_seq < {})", param(resolved))
+            }
+        })
+    }
+}
+
 /// A page of gates and the journal head read in the same read transaction.
 #[derive(Debug)]
 pub struct Listing {

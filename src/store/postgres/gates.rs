@@ -17,7 +17,7 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 use crate::store::model::{
-    AnswerOutcome, Answering, Claim, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListOrder, ListQuery,
+    AnswerOutcome, Answering, Claim, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListParam, ListQuery,
     Listing, OpenOutcome, parse_gate, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
@@ -424,50 +424,17 @@ pub async fn stats(conn: &Conn) -> Result<GateStats, StoreError> {
 
 /// A page of gates and the journal head, read in one snapshot.
 pub async fn list(conn: &mut deadpool_postgres::Object, q: &ListQuery) -> Result<Listing, StoreError> {
-    let mut clauses: Vec<String> = Vec::new();
     let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
-    if let Some(session) = q.session {
-        args.push(Box::new(session.as_uuid()));
-        clauses.push(format!("g.session_id = ${}", args.len()));
-    }
-    if !q.states.is_empty() {
-        args.push(Box::new(q.states.iter().map(|s| s.as_str().to_owned()).collect::<Vec<_>>()));
-        clauses.push(format!("g.state = ANY(${})", args.len()));
-    }
-    if let Some(after) = q.after {
-        // Every parameter is used (PostgreSQL cannot type one that is not).
-        let mut param = |value: i64| {
-            args.push(Box::new(value));
-            args.len()
-        };
-        clauses.push(match (q.order, after.key) {
-            (ListOrder::Opened, _) => format!("g.opened_seq > ${}", param(after.opened_seq)),
-            (ListOrder::Newest, _) => format!("g.opened_seq < ${}", param(after.opened_seq)),
-            (ListOrder::Deadline, None) => {
-                format!("(g.deadline IS NULL AND g.opened_seq > ${})", param(after.opened_seq))
-            }
-            (ListOrder::Deadline, Some(deadline)) => {
-                let (seq, d) = (param(after.opened_seq), param(deadline));
-                format!("(g.deadline IS NULL OR g.deadline > ${d} OR (g.deadline = ${d} AND g.opened_seq > ${seq}))")
-            }
-            (ListOrder::Resolved, None) => {
-                format!("(g.resolved_seq IS NULL AND g.opened_seq < ${})", param(after.opened_seq))
-            }
-            // resolved_seq is unique, so it alone orders the resolved part.
-            (ListOrder::Resolved, Some(resolved)) => {
-                format!("(g.resolved_seq IS NULL OR g.resolved_seq < ${})", param(resolved))
-            }
+    let sql = q.sql(select_record!(), |param| {
+        let states = matches!(param, ListParam::States(_));
+        args.push(match param {
+            ListParam::Session(session) => Box::new(session.as_uuid()),
+            ListParam::States(states) => Box::new(states.iter().map(|s| s.as_str().to_owned()).collect::<Vec<_>>()),
+            ListParam::Int(value) => Box::new(value),
         });
-    }
-    let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
-    args.push(Box::new(q.page.sql_limit()));
-    let order = match q.order {
-        ListOrder::Opened => "g.opened_seq ASC",
-        ListOrder::Newest => "g.opened_seq DESC",
-        ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
-        ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
-    };
-    let sql = format!("{} {filter} ORDER BY {order} LIMIT ${}", select_record!(), args.len());
+        // The states are one array parameter.
+        if states { format!("= ANY(${})", args.len()) } else { format!("${}", args.len()) }
+    });
     // One snapshot: the head and the rows agree.
     let tx = conn
         .build_transaction()

@@ -34,6 +34,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::{CHANNEL, LOCK_CLASS, LOCK_ORDER, classify};
 use crate::metrics::WriterMetrics;
+use crate::store::queue::{self, drain_batch};
 use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
@@ -124,11 +125,8 @@ impl Job {
     }
 }
 
-enum Msg {
-    Job(Job),
-    /// Finish what is queued, then acknowledge.
-    Shutdown(oneshot::Sender<()>),
-}
+/// What the writer's queue carries.
+pub(super) type Msg = queue::Msg<Job>;
 
 /// The handle requests send jobs through.
 #[derive(Clone)]
@@ -217,18 +215,7 @@ impl Writer {
             };
             match msg {
                 Some(Msg::Job(job)) => {
-                    let mut batch = vec![job];
-                    let mut shutdown = None;
-                    while batch.len() < MAX_BATCH {
-                        match self.rx.try_recv() {
-                            Ok(Msg::Job(job)) => batch.push(job),
-                            Ok(Msg::Shutdown(ack)) => {
-                                shutdown = Some(ack);
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
+                    let (batch, shutdown) = drain_batch(job, &mut self.rx, MAX_BATCH);
                     self.commit_batch(batch).await;
                     if let Some(ack) = shutdown {
                         break Some(ack);
@@ -238,16 +225,7 @@ impl Writer {
                 None => break None,
             }
         };
-        self.rx.close();
-        let mut rest = Vec::new();
-        while let Ok(msg) = self.rx.try_recv() {
-            match msg {
-                Msg::Job(job) => rest.push(job),
-                Msg::Shutdown(other) => {
-                    let _ = other.send(());
-                }
-            }
-        }
+        let rest = queue::close(&mut self.rx);
         if !rest.is_empty() {
             self.commit_batch(rest).await;
         }

@@ -14,7 +14,7 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 use crate::store::model::{
-    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListOrder, ListQuery, Listing, OpenOutcome,
+    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListParam, ListQuery, Listing, OpenOutcome,
     parse_gate, unclaimed,
 };
 use crate::store::model::{Answering, GateStats};
@@ -321,52 +321,19 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
     // One read transaction: the head and the rows are one snapshot.
     let tx = conn.unchecked_transaction()?;
     let journal_seq = journal::head(&tx)?;
-    let mut clauses = Vec::new();
     let mut args: Vec<SqlValue> = Vec::new();
-    if let Some(session) = q.session {
-        args.push(SqlValue::Text(session.to_string()));
-        clauses.push(format!("g.session_id = ?{}", args.len()));
-    }
-    if !q.states.is_empty() {
-        let marks: Vec<String> = q
-            .states
-            .iter()
-            .map(|s| {
-                args.push(SqlValue::Text(s.as_str().to_owned()));
-                format!("?{}", args.len())
-            })
-            .collect();
-        clauses.push(format!("g.state IN ({})", marks.join(", ")));
-    }
-    if let Some(after) = q.after {
-        args.push(SqlValue::Integer(after.opened_seq));
-        let seq = args.len();
-        clauses.push(match (q.order, after.key) {
-            (ListOrder::Opened, _) => format!("g.opened_seq > ?{seq}"),
-            (ListOrder::Newest, _) => format!("g.opened_seq < ?{seq}"),
-            (ListOrder::Deadline, None) => format!("(g.deadline IS NULL AND g.opened_seq > ?{seq})"),
-            (ListOrder::Deadline, Some(deadline)) => {
-                args.push(SqlValue::Integer(deadline));
-                let d = args.len();
-                format!("(g.deadline IS NULL OR g.deadline > ?{d} OR (g.deadline = ?{d} AND g.opened_seq > ?{seq}))")
-            }
-            (ListOrder::Resolved, None) => format!("(g.resolved_seq IS NULL AND g.opened_seq < ?{seq})"),
-            // resolved_seq is unique, so it alone orders the resolved part.
-            (ListOrder::Resolved, Some(resolved)) => {
-                args.push(SqlValue::Integer(resolved));
-                format!("(g.resolved_seq IS NULL OR g.resolved_seq < ?{})", args.len())
-            }
-        });
-    }
-    let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
-    args.push(SqlValue::Integer(q.page.sql_limit()));
-    let order = match q.order {
-        ListOrder::Opened => "g.opened_seq ASC",
-        ListOrder::Newest => "g.opened_seq DESC",
-        ListOrder::Deadline => "g.deadline IS NULL, g.deadline, g.opened_seq",
-        ListOrder::Resolved => "g.resolved_seq IS NULL, g.resolved_seq DESC, g.opened_seq DESC",
+    let mut bind = |value: SqlValue| {
+        args.push(value);
+        format!("?{}", args.len())
     };
-    let sql = format!("{} {filter} ORDER BY {order} LIMIT ?{}", select_record!(), args.len());
+    let sql = q.sql(select_record!(), |param| match param {
+        ListParam::Session(session) => bind(SqlValue::Text(session.to_string())),
+        ListParam::States(states) => {
+            let marks: Vec<String> = states.iter().map(|s| bind(SqlValue::Text(s.as_str().to_owned()))).collect();
+            format!("IN ({})", marks.join(", "))
+        }
+        ListParam::Int(value) => bind(SqlValue::Integer(value)),
+    });
     let mut stmt = tx.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), |r| record(r).map(|r| r.view))?;
     let (gates, more) = q.page.fill(rows, PageBytes::page_bytes)?;

@@ -27,6 +27,7 @@ use super::checkpointer::Checkpointer;
 use crate::bus::{Bus, Effect};
 use crate::domain::Timestamp;
 use crate::metrics::WriterMetrics;
+use crate::store::queue::{self, drain_batch};
 use crate::store::{Health, StoreError};
 
 /// How many queued jobs one transaction may take.
@@ -124,11 +125,8 @@ impl Job {
     }
 }
 
-pub(super) enum Msg {
-    Job(Job),
-    /// Drain what is queued, checkpoint, close, then acknowledge.
-    Shutdown(oneshot::Sender<()>),
-}
+/// What the writer's queue carries.
+pub(super) type Msg = queue::Msg<Job>;
 
 pub(super) struct Writer {
     pub conn: Connection,
@@ -177,18 +175,7 @@ impl Writer {
             };
             match msg {
                 Some(Msg::Job(job)) => {
-                    let mut batch = vec![job];
-                    let mut shutdown = None;
-                    while batch.len() < MAX_BATCH {
-                        match self.rx.try_recv() {
-                            Ok(Msg::Job(job)) => batch.push(job),
-                            Ok(Msg::Shutdown(ack)) => {
-                                shutdown = Some(ack);
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
+                    let (batch, shutdown) = drain_batch(job, &mut self.rx, MAX_BATCH);
                     self.commit_batch(batch);
                     if let Some(ack) = shutdown {
                         break Some(ack);
@@ -382,16 +369,7 @@ impl Writer {
 
     /// Drains queued jobs, checkpoints the WAL into the main file and closes the connection.
     fn close(mut self, ack: Option<oneshot::Sender<()>>) {
-        self.rx.close();
-        let mut rest = Vec::new();
-        while let Ok(msg) = self.rx.try_recv() {
-            match msg {
-                Msg::Job(job) => rest.push(job),
-                Msg::Shutdown(other) => {
-                    let _ = other.send(());
-                }
-            }
-        }
+        let rest = queue::close(&mut self.rx);
         if !rest.is_empty() {
             self.commit_batch(rest);
         }
