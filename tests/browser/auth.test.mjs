@@ -5,7 +5,7 @@
 // login cookie (CSRF), and a hostname rebound to the loopback is not served (DNS rebinding).
 // Run with `node --test` (see run.sh).
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import path from 'node:path';
@@ -18,6 +18,7 @@ import {
   newToken,
   openGate,
   readGate,
+  sharedBrowser,
   shot,
   sleep,
   stopServer,
@@ -27,15 +28,7 @@ import {
   writeTokensFile,
 } from './harness.mjs';
 
-let browser;
-
-before(async () => {
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 // ---- one test's world: tokens, a server that needs them, pages ------------------------------------
 
@@ -43,7 +36,7 @@ after(async () => {
 const WRONG_SECRET = 'not-a-token-of-this-server-0123456789';
 
 async function setup(t) {
-  const base = await createWorld(t, browser, 'gatehouse-auth-');
+  const base = await createWorld(t, browser(), 'gatehouse-auth-');
   const tokens = {
     agent: newToken('agent', 'build-bot'),
     responder: newToken('responder', 'alice'),
@@ -321,7 +314,7 @@ test('a stream or an answer refused with 401 brings the login form back, without
 });
 
 test('without a tokens file the page needs no login', { timeout: TEST_TIMEOUT }, async (t) => {
-  const base = await createWorld(t, browser, 'gatehouse-open-');
+  const base = await createWorld(t, browser(), 'gatehouse-open-');
   const server = await base.startServer('open.db');
   const gate = await openGate(server, { question: 'Open mode?', choices: ['yes'] });
   const page = await base.newPage();

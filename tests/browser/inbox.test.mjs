@@ -2,7 +2,7 @@
 // Every test starts its own gatehouse on a temporary database, talks to it with fetch as an agent
 // (or curl) would, and drives one or more pages. Run with `node --test` (see run.sh).
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import {
@@ -11,29 +11,21 @@ import {
   answerViaApi,
   api,
   createWorld,
-  launchBrowser,
   openGate,
   readGate,
+  sharedBrowser,
   shot,
   sleep,
   stopServer,
   waitForText,
 } from './harness.mjs';
 
-let browser;
-
-before(async () => {
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 // ---- one test's world: a temporary directory, its servers and its pages ------------------------
 
 async function setup(t) {
-  const base = await createWorld(t, browser, 'gatehouse-browser-');
+  const base = await createWorld(t, browser(), 'gatehouse-browser-');
   const world = {
     dir: base.dir,
     server: null,
