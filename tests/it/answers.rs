@@ -51,8 +51,7 @@ async fn sixty_four_concurrent_answers_produce_exactly_one_resolution() {
 #[tokio::test]
 async fn one_shared_idempotency_key_gives_every_request_the_same_202() {
     let app = TestApp::spawn().await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Deploy?")).await);
+    let (session, loop_id, gate) = app.open_asking("Deploy?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
 
     let body = answer("yes");
@@ -410,8 +409,7 @@ async fn answers_are_checked_against_their_bounds() {
 #[tokio::test]
 async fn a_full_gate_response_body_is_accepted_and_its_source_ignored() {
     let app = TestApp::spawn().await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Q?")).await);
+    let (session, _, gate) = app.open_asking("Q?").await;
     let body = json!({"gate_id": gate.to_uppercase(), "action": "answer", "values": {"answer": "A"}, "source": {"kind": "policy", "reason": "timeout"}});
     app.post(&format!("/v1/sessions/{session}/gates/{gate}"), &body).await.expect(202);
     let view = app.view(&session, &gate).await;

@@ -12,10 +12,8 @@ use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, TestApp, ask, boun
 #[tokio::test]
 async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
     let (_dir, db) = temp_db();
-    let (session, loop_id) = (uuid(), uuid());
-
     let server = ServerProcess::start(&db);
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Survive?")).await);
+    let (session, loop_id, gate) = server.open_asking("Survive?").await;
     server.kill();
 
     let server = ServerProcess::start(&db);
@@ -29,10 +27,8 @@ async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
 #[tokio::test]
 async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
     let (_dir, db) = temp_db();
-    let (session, loop_id) = (uuid(), uuid());
-
     let server = ServerProcess::start(&db);
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Deploy?")).await);
+    let (session, loop_id, gate) = server.open_asking("Deploy?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let key = [("idempotency-key", "deploy-1")];
     let accepted = server.post_with(&path, &key, &crate::helpers::answer("ship it")).await.expect(202).json();
@@ -71,9 +67,8 @@ async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
 #[tokio::test]
 async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
     let (_dir, db) = temp_db();
-    let (session, loop_id) = (uuid(), uuid());
     let server = ServerProcess::start(&db);
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Still there?")).await);
+    let (session, loop_id, gate) = server.open_asking("Still there?").await;
 
     let wait = server.spawn_get(format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60"));
     let poll = server.spawn_get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60"));
@@ -171,8 +166,7 @@ async fn a_forced_second_writer_cannot_break_exactly_once() {
     }
     let (dir, db) = temp_db();
     let app = TestApp::start(&db, |_| {}).await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Guarded?")).await);
+    let (session, loop_id, gate) = app.open_asking("Guarded?").await;
     app.answer(&session, &gate, "first").await.expect(202);
 
     // A second connection, past the server's lock file, writes as it likes.

@@ -16,7 +16,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
 use crate::contract;
-use crate::helpers::{EventStream, ServerProcess, TestApp, ask, bounded, check_no_store, temp_db, uuid};
+use crate::helpers::{EventStream, ServerProcess, Signed, TestApp, ask, bounded, check_no_store, temp_db, uuid};
 
 /// The documented bound (README "Reliability"): 1,100 unfinished heads and 200 unfinished login
 /// bodies add at most this much RSS at the default caps.
@@ -454,17 +454,11 @@ async fn requests_without_a_token_may_send_only_small_bodies() {
 
     // A signed answer: refused for its size before its signature is even looked at.
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
-    let secret: gatehouse::webhook::sign::Secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".parse().unwrap();
-    let signature = gatehouse::webhook::sign::sign(&secret, "msg_big", now, &big(70_000));
-    let now = now.to_string();
-    let signed = [
-        ("content-type", "application/json"),
-        ("webhook-id", "msg_big"),
-        ("webhook-timestamp", now.as_str()),
-        ("webhook-signature", signature.as_str()),
-    ];
+    let signed = Signed::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "msg_big", now, &big(70_000));
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    app.send(reqwest::Method::POST, &path, &signed, Some(big(70_000))).await.expect_error(413, "payload_too_large");
+    app.send(reqwest::Method::POST, &path, &signed.headers(), Some(big(70_000)))
+        .await
+        .expect_error(413, "payload_too_large");
 
     // With a token, --max-body (1 MiB) applies: a large body is read, and judged on its content.
     let mut long = ask(&uuid(), &uuid(), &"q".repeat(100_000));

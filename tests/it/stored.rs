@@ -35,8 +35,7 @@ async fn files_are_private_and_an_exposed_database_is_reported() {
     }
     let (_dir, db) = temp_db();
     let server = ServerProcess::start(&db);
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Private?")).await);
+    let (session, _, gate) = server.open_asking("Private?").await;
     server.answer(&session, &gate, "yes").await.expect(202);
     for suffix in ["", "-wal", "-shm", ".lock", ".key"] {
         assert_eq!(mode(&beside(&db, suffix)), 0o600, "gatehouse.db{suffix} is for its owner only");
