@@ -70,6 +70,27 @@ export function sharedBrowser() {
   return () => browser;
 }
 
+/** The page options of a phone: its viewport, touch, and the mobile meta viewport honoured. */
+export const PHONE = { viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true };
+
+/**
+ * Asserts that the page shows the dark scheme's background (a page opened with `colorScheme: 'dark'`).
+ * @param {import('playwright-core').Page} page
+ */
+export async function assertDarkScheme(page) {
+  const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  assert.equal(background, 'rgb(18, 20, 23)', 'the dark scheme applies');
+}
+
+/**
+ * Asserts that nothing on the page is wider than its viewport (on a `PHONE`: no sideways scrolling).
+ * @param {import('playwright-core').Page} page
+ */
+export async function assertFitsItsViewport(page) {
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.equal(overflow, 0, 'nothing wider than a phone');
+}
+
 /**
  * Takes a full-page screenshot into the screenshots directory.
  * @param {import('playwright-core').Page} page

@@ -6,10 +6,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import {
+  PHONE,
   TEST_TIMEOUT,
   WAIT,
   answerViaApi,
   api,
+  assertDarkScheme,
+  assertFitsItsViewport,
   createWorld,
   openGate,
   readGate,
@@ -531,14 +534,12 @@ test('screenshots: dark scheme and phone width', { timeout: TEST_TIMEOUT }, asyn
   const dark = await world.page({ colorScheme: 'dark', viewport: { width: 1100, height: 900 } });
   await openCard(dark, deploy).waitFor();
   await waitForResolved(dark, closed, { answer: 'No answer', how: 'Abandoned' });
-  const background = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
-  assert.equal(background, 'rgb(18, 20, 23)', 'the dark scheme applies');
+  await assertDarkScheme(dark);
   await shot(dark, 'dark.png');
 
-  const phone = await world.page({ viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true });
+  const phone = await world.page(PHONE);
   await openCard(phone, deploy).waitFor();
-  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  assert.equal(overflow, 0, 'nothing wider than a phone');
+  await assertFitsItsViewport(phone);
   await shot(phone, 'phone.png');
   world.assertNoProblems();
 });
