@@ -420,8 +420,7 @@ async fn a_full_gate_response_body_is_accepted_and_its_source_ignored() {
 #[tokio::test]
 async fn on_a_resolved_gate_the_key_and_state_are_checked_before_the_answer() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Order?")).await);
+    let (session, _, gate) = app.open_asking("Order?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     app.post_with(&path, &[("idempotency-key", "k")], &answer("first")).await.expect(202);
 
@@ -439,8 +438,7 @@ async fn on_a_resolved_gate_the_key_and_state_are_checked_before_the_answer() {
 #[tokio::test]
 async fn chunked_bodies_follow_the_same_rules() {
     let app = TestApp::spawn_with(|args| args.max_body = 4096).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Chunked?")).await);
+    let (session, _, gate) = app.open_asking("Chunked?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let body = answer("yes").to_string().into_bytes();
     app.send_chunked(&path, &[], body.clone()).await.expect_error(415, "unsupported_media_type");

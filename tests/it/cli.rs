@@ -91,12 +91,8 @@ async fn ask_prints_the_answer_given_by_another_process_and_acks_its_command() {
     assert_eq!(text(&asked.stdout), "yes\n", "the answer alone");
 
     assert!(app.inbox(&session, &loop_id).await.is_empty(), "ask acked its command");
-    let all = app
-        .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true"))
-        .await
-        .expect(200)
-        .json();
-    assert!(all["commands"][0]["acked_at"].is_string());
+    let all = app.inbox_with_acked(&session, &loop_id).await;
+    assert!(all[0]["acked_at"].is_string());
     assert_eq!(app.get(&waits).await.expect(200).json()["answer"], "yes");
 }
 
@@ -229,8 +225,7 @@ async fn ask_stops_waiting_when_the_server_refuses_its_token() {
 #[tokio::test]
 async fn answer_reports_late_unreachable_and_usage_errors() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Once")).await);
+    let (session, _, gate) = app.open_asking("Once").await;
     app.answer(&session, &gate, "first").await.expect(202);
 
     let late = finish(gatehouse(&app.base, &["answer", &gate, "second"]).spawn().unwrap()).await;
@@ -267,8 +262,7 @@ async fn answer_reports_late_unreachable_and_usage_errors() {
 #[tokio::test]
 async fn gates_and_tail_print_what_the_server_holds() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Listed?")).await);
+    let (session, _, gate) = app.open_asking("Listed?").await;
 
     let table = finish(gatehouse(&app.base, &["gates"]).spawn().unwrap()).await;
     assert_eq!(table.status.code(), Some(0));

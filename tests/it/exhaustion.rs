@@ -36,6 +36,18 @@ fn server_address(base: &str) -> SocketAddr {
     base.trim_start_matches("http://").parse().expect("a loopback address")
 }
 
+/// A server in this process with the connection limit `limit` sets, and its address; a silent
+/// connection is not timed out for five minutes, so only that limit closes one here.
+async fn patient_server(limit: impl FnOnce(&mut gatehouse::ServeArgs)) -> (TestApp, SocketAddr) {
+    let app = TestApp::spawn_with(|args| {
+        limit(args);
+        args.header_timeout = Duration::from_secs(300);
+    })
+    .await;
+    let addr = server_address(&app.base);
+    (app, addr)
+}
+
 /// A TCP connection to `server` from the loopback address `source`.
 async fn connect_from(source: Ipv4Addr, server: SocketAddr) -> TcpStream {
     let socket = TcpSocket::new_v4().expect("socket");
@@ -290,12 +302,7 @@ async fn one_address_holds_a_bounded_number_of_connections_until_they_authentica
 
 #[tokio::test]
 async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection() {
-    let app = TestApp::spawn_with(|args| {
-        args.max_unauthenticated_per_address = 3;
-        args.header_timeout = Duration::from_secs(300);
-    })
-    .await;
-    let addr = server_address(&app.base);
+    let (app, addr) = patient_server(|args| args.max_unauthenticated_per_address = 3).await;
     let client = Ipv4Addr::new(127, 0, 5, 1);
     // Three connections that each made a request no longer count…
     let mut served = Vec::new();
@@ -316,12 +323,7 @@ async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection
 
 #[tokio::test]
 async fn past_the_connection_cap_new_connections_are_closed_at_once() {
-    let app = TestApp::spawn_with(|args| {
-        args.max_connections = 20;
-        args.header_timeout = Duration::from_secs(300);
-    })
-    .await;
-    let addr = server_address(&app.base);
+    let (app, addr) = patient_server(|args| args.max_connections = 20).await;
     let mut open = Vec::new();
     for host in 1..=4 {
         open.extend(connections_from(Ipv4Addr::new(127, 0, 6, host), addr, 5, b"").await);

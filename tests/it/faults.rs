@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::database::sqlite_only;
-use crate::helpers::{Client, TestApp, ask, eventually, gate_id, uuid};
+use crate::helpers::{Client, TestApp, ask, eventually, gate_id, sqlite_db, uuid};
 
 /// Polls `/readyz` until it answers `status` (bounded).
 async fn await_ready(client: &Client, status: u16) {
@@ -108,10 +108,9 @@ async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
 
 #[tokio::test]
 async fn another_connection_holding_the_write_lock_gives_retryable_503s_and_the_server_recovers() {
-    if sqlite_only("the fault file and the write lock") {
+    let Some((dir, db)) = sqlite_db("the fault file and the write lock") else {
         return;
-    }
-    let (dir, db) = crate::helpers::temp_db();
+    };
     let app = TestApp::start(&db, |_| {}).await;
     let (session, loop_id, gate) = app.open_asking("Locked out?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");

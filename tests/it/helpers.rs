@@ -825,4 +825,20 @@ impl Client {
         let gate = gate_id(&self.open(&session, &ask(&loop_id, &uuid(), question)).await);
         (session, loop_id, gate)
     }
+
+    /// A loop's inbox with its acked commands (one page, `?include_acked=true`).
+    pub async fn inbox_with_acked(&self, session: &str, loop_id: &str) -> Vec<Value> {
+        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true");
+        let page = self.get(&path).await.expect(200).json();
+        page["commands"].as_array().expect("commands").clone()
+    }
+}
+
+/// A fresh database file for a test of SQLite's own files, locks or connections; `None` (the test
+/// is skipped, and says so) on PostgreSQL.
+pub fn sqlite_db(what: &str) -> Option<(TempDir, std::path::PathBuf)> {
+    if database::sqlite_only(what) {
+        return None;
+    }
+    Some(temp_db())
 }

@@ -199,8 +199,7 @@ async fn failed_deliveries_are_retried_with_identical_bytes_then_dead_lettered()
     .await;
     let dir = tempfile::tempdir().unwrap();
     let app = app_for(&receiver, dir.path(), |_| {}).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Retry?")).await);
+    let (session, _, gate) = app.open_asking("Retry?").await;
     app.answer(&session, &gate, "ok").await.expect(202);
     eventually("the endpoint moves past the dead letter", async || receiver.delivered() == [2, 3]).await;
 
@@ -304,8 +303,7 @@ async fn assert_answered_by_webhook(client: &Client, session: &str, gate: &str) 
 #[tokio::test]
 async fn signed_answers_authenticate_as_webhook() {
     let (_receiver, _dir, app) = app_with_receiver(|_| {}).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed?")).await);
+    let (session, _, gate) = app.open_asking("Signed?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "from the bot"}}).to_string();
     let signed = |id: &str, timestamp: u64, body: &str| Signed::new(INBOUND, id, timestamp, body.as_bytes());
@@ -339,8 +337,7 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     std::fs::write(&tokens, "admin root signed-test-admin-0123456789\n").unwrap();
     let app = app_for(&receiver, dir.path(), |args| args.tokens_file = Some(tokens)).await;
     let admin = app.bearer("signed-test-admin-0123456789");
-    let session = uuid();
-    let gate = gate_id(&admin.open(&session, &ask(&uuid(), &uuid(), "Signed, with tokens?")).await);
+    let (session, _, gate) = admin.open_asking("Signed, with tokens?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
@@ -370,8 +367,7 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
 async fn signed_answers_need_the_inbound_secret() {
     // Notifications only: a signed answer has nothing to be verified with.
     let (_receiver, _dir, app) = app_with_receiver(|args| args.inbound_secret_file = None).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed without an inbound secret?")).await);
+    let (session, _, gate) = app.open_asking("Signed without an inbound secret?").await;
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
     for secret in [SECRET, INBOUND] {
