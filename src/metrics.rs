@@ -13,7 +13,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 /// The media type of the Prometheus text format.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -161,12 +161,27 @@ fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.0001, 2.0, 17)
 }
 
+/// A new metric, registered under `name` with `help`; the value returned is the handle the server
+/// keeps to record into it (a clone of a metric is the same metric).
+fn registered<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// `registered`, for a metric measured in `unit` (which its name gets as a suffix).
+fn registered_with_unit<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str, unit: Unit) -> M {
+    let metric = M::default();
+    registry.register_with_unit(name, help, unit, metric.clone());
+    metric
+}
+
 impl Metrics {
     /// The metrics of a server whose store records into `writer`.
     pub fn new(writer: Arc<WriterMetrics>) -> Arc<Self> {
         let mut registry = Registry::with_prefix("gatehouse");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("http_requests", "HTTP requests answered, by route template and status", requests.clone());
+        let requests: Family<RequestLabels, Counter> =
+            registered(&mut registry, "http_requests", "HTTP requests answered, by route template and status");
         let request_seconds =
             Family::<RouteLabels, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
         registry.register_with_unit(
@@ -175,38 +190,26 @@ impl Metrics {
             Unit::Seconds,
             request_seconds.clone(),
         );
-        let gates_opened = Counter::default();
-        registry.register(
-            "gates_opened",
-            "Gates opened (not counting re-asks that found their gate)",
-            gates_opened.clone(),
-        );
-        let gates_resolved = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let gates_opened: Counter =
+            registered(&mut registry, "gates_opened", "Gates opened (not counting re-asks that found their gate)");
+        let gates_resolved: Family<ReasonLabels, Counter> = registered(
+            &mut registry,
             "gates_resolved",
             "Gates that left open, by reason: answered, policy_response, owner_closed, abandoned",
-            gates_resolved.clone(),
         );
-        let answers_refused = Family::<CodeLabels, Counter>::default();
-        registry.register(
+        let answers_refused: Family<CodeLabels, Counter> = registered(
+            &mut registry,
             "answers_refused",
             "Answers not accepted, by error code (gate_not_ready is a lost race)",
-            answers_refused.clone(),
         );
-        let gates_open = Gauge::default();
-        registry.register("gates_open", "Gates open now, in every session", gates_open.clone());
-        let sessions_with_open_gates = Gauge::default();
-        registry.register(
-            "sessions_with_open_gates",
-            "Sessions holding at least one open gate",
-            sessions_with_open_gates.clone(),
-        );
-        let oldest_open_gate_seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register_with_unit(
+        let gates_open: Gauge = registered(&mut registry, "gates_open", "Gates open now, in every session");
+        let sessions_with_open_gates: Gauge =
+            registered(&mut registry, "sessions_with_open_gates", "Sessions holding at least one open gate");
+        let oldest_open_gate_seconds: Gauge<f64, std::sync::atomic::AtomicU64> = registered_with_unit(
+            &mut registry,
             "oldest_open_gate_age",
             "How long the oldest open gate has waited for an answer (0 without open gates)",
             Unit::Seconds,
-            oldest_open_gate_seconds.clone(),
         );
         registry.register("writer_batch_size", "Write jobs per committed transaction", writer.batch_size.clone());
         registry.register_with_unit(
@@ -220,60 +223,44 @@ impl Metrics {
             "Write transactions that failed for storage reasons (each answered 503)",
             writer.storage_errors.clone(),
         );
-        let writer_queue = Gauge::default();
-        registry.register("writer_queue_depth", "Write jobs waiting for the writer", writer_queue.clone());
-        let streams_open = Family::<KindLabels, Gauge>::default();
-        registry.register("streams_open", "Event streams open, by kind: journal or inbox", streams_open.clone());
-        let stalled_closed = Counter::default();
-        registry.register(
+        let writer_queue: Gauge = registered(&mut registry, "writer_queue_depth", "Write jobs waiting for the writer");
+        let streams_open: Family<KindLabels, Gauge> =
+            registered(&mut registry, "streams_open", "Event streams open, by kind: journal or inbox");
+        let stalled_closed: Counter = registered(
+            &mut registry,
             "stalled_connections_closed",
             "Connections (nearly always streams) closed because the client accepted no data for --stream-stall",
-            stalled_closed.clone(),
         );
-        let long_polls_parked = Family::<KindLabels, Gauge>::default();
-        registry.register(
+        let long_polls_parked: Family<KindLabels, Gauge> = registered(
+            &mut registry,
             "long_polls_parked",
             "Long-polls waiting, by kind: gate (…/wait) or inbox (…/commands?wait=)",
-            long_polls_parked.clone(),
         );
-        let webhook_deliveries = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
+        let webhook_deliveries: Family<OutcomeLabels, Counter> = registered(
+            &mut registry,
             "webhook_deliveries",
             "Webhook delivery attempts, by outcome: delivered, failed, gone",
-            webhook_deliveries.clone(),
         );
-        let webhook_dead_letters = Counter::default();
-        registry.register(
-            "webhook_dead_letters",
-            "Webhook events given up on after the last retry",
-            webhook_dead_letters.clone(),
-        );
-        let webhook_backlog = Family::<EndpointLabels, Gauge>::default();
-        registry.register(
-            "webhook_backlog",
-            "Journal events an endpoint has not been delivered yet",
-            webhook_backlog.clone(),
-        );
-        let webhook_oldest_pending_seconds =
-            Family::<EndpointLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register_with_unit(
-            "webhook_oldest_pending_age",
-            "How long the oldest event not yet delivered to an endpoint has waited (0 when caught up)",
-            Unit::Seconds,
-            webhook_oldest_pending_seconds.clone(),
-        );
-        let timer_armed = Gauge::default();
-        registry.register("timer_armed_deadlines", "Deadlines the timer holds", timer_armed.clone());
-        let timer_fired = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
+        let webhook_dead_letters: Counter =
+            registered(&mut registry, "webhook_dead_letters", "Webhook events given up on after the last retry");
+        let webhook_backlog: Family<EndpointLabels, Gauge> =
+            registered(&mut registry, "webhook_backlog", "Journal events an endpoint has not been delivered yet");
+        let webhook_oldest_pending_seconds: Family<EndpointLabels, Gauge<f64, std::sync::atomic::AtomicU64>> =
+            registered_with_unit(
+                &mut registry,
+                "webhook_oldest_pending_age",
+                "How long the oldest event not yet delivered to an endpoint has waited (0 when caught up)",
+                Unit::Seconds,
+            );
+        let timer_armed: Gauge = registered(&mut registry, "timer_armed_deadlines", "Deadlines the timer holds");
+        let timer_fired: Family<OutcomeLabels, Counter> = registered(
+            &mut registry,
             "timer_fired",
             "Deadlines that came due, by outcome: answered, moot (already resolved), busy, failed",
-            timer_fired.clone(),
         );
-        let resident_bytes = Gauge::default();
-        registry.register_with_unit("process_resident_memory", "Resident memory", Unit::Bytes, resident_bytes.clone());
-        let open_fds = Gauge::default();
-        registry.register("process_open_fds", "Open file descriptors", open_fds.clone());
+        let resident_bytes: Gauge =
+            registered_with_unit(&mut registry, "process_resident_memory", "Resident memory", Unit::Bytes);
+        let open_fds: Gauge = registered(&mut registry, "process_open_fds", "Open file descriptors");
         let started: Gauge = Gauge::default();
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         started.set(since_epoch.as_secs() as i64);

@@ -7,7 +7,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::fields::{FieldCode, FieldError, pointer_token};
+use super::fields::{FieldCode, FieldError, check_length, pointer_token};
 use super::gate::{ANSWER, Gate};
 use super::ids::GateId;
 
@@ -16,18 +16,14 @@ const PREVIEW_CHARS: usize = 80;
 
 /// The body of an answer: `{"action","values"}`, or a full `GateResponse` whose `gate_id` must
 /// name the gate in the path and whose `source` is ignored (the server stamps provenance).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct AnswerIn {
-    #[serde(default)]
     pub gate_id: Option<String>,
-    #[serde(default)]
     pub action: Option<String>,
     /// Kept as loose JSON here: what may appear inside `values` is a question for the gate
     /// (`gate_values_invalid`), which is checked after the gate is found.
-    #[serde(default)]
     pub values: Option<Map<String, Value>>,
-    #[serde(default)]
     #[allow(dead_code)]
     source: Option<IgnoredAny>,
 }
@@ -93,14 +89,8 @@ impl Answer {
         };
         if let Some(text) = &text {
             let field = gate.answer_field();
-            if text.is_empty() {
-                problems.push(FieldError::new(PATH, FieldCode::Empty, "the answer must not be empty"));
-            } else if text.len() > MAX_ANSWER_BYTES {
-                problems.push(FieldError::new(
-                    PATH,
-                    FieldCode::TooLong,
-                    format!("the answer must be at most {MAX_ANSWER_BYTES} bytes"),
-                ));
+            if let Some(problem) = check_length(PATH, text, MAX_ANSWER_BYTES, "the answer") {
+                problems.push(problem);
             } else if let Some(field) = field.filter(|f| !f.options.is_empty() && !f.allow_other)
                 && !field.options.iter().any(|o| o.value == *text)
             {
@@ -151,9 +141,8 @@ impl CloseReason {
 
 /// The optional body of a close.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct CloseIn {
-    #[serde(default)]
     pub reason: CloseReason,
 }
 

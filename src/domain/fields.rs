@@ -37,6 +37,18 @@ pub fn pointer_token(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
+/// Checks a text that must not be empty and may hold at most `max_bytes` (only whitespace is
+/// fine): an answer, a choice. `None` when it is fine; `what` names it in the message.
+pub fn check_length(path: &str, value: &str, max_bytes: usize, what: &str) -> Option<FieldError> {
+    if value.is_empty() {
+        Some(FieldError::new(path, FieldCode::Empty, format!("{what} must not be empty")))
+    } else if value.len() > max_bytes {
+        Some(FieldError::new(path, FieldCode::TooLong, format!("{what} must be at most {max_bytes} bytes")))
+    } else {
+        None
+    }
+}
+
 /// Checks a required, bounded text member; `None` when it is fine.
 pub fn check_text(path: &str, value: &str, max_bytes: usize) -> Option<FieldError> {
     if value.is_empty() {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::answer::{Answer, AnswerRejection};
-use super::fields::{FieldCode, FieldError, check_text};
+use super::fields::{FieldCode, FieldError, check_length, check_text};
 use super::ids::{GateId, IdError, LoopId, StepId, ToolExecutionId, TurnId};
 
 /// The only gate kind so far.
@@ -144,39 +144,26 @@ impl Gate {
 /// The body of `POST /v1/sessions/{sid}/gates`. Members are loose JSON at this stage so that a
 /// missing or mistyped one is reported as a field problem (with its path) rather than a bare
 /// decoding error; unknown members are still refused by the decoder.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct OpenGateIn {
-    #[serde(default)]
     pub kind: Option<Value>,
-    #[serde(default)]
     pub loop_id: Option<Value>,
-    #[serde(default)]
     pub tool_execution_id: Option<Value>,
-    #[serde(default)]
     pub turn_id: Option<Value>,
-    #[serde(default)]
     pub step_id: Option<Value>,
-    #[serde(default)]
     pub question: Option<Value>,
-    #[serde(default)]
     pub choices: Option<Value>,
-    #[serde(default)]
     pub allow_other: Option<Value>,
-    #[serde(default)]
     pub title: Option<Value>,
-    #[serde(default)]
     pub response_policy: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 struct ResponsePolicyIn {
-    #[serde(default)]
     timeout: Option<i64>,
-    #[serde(default)]
     on_timeout: Option<String>,
-    #[serde(default)]
     response: Option<ResponseTemplate>,
 }
 
@@ -347,14 +334,8 @@ fn check_choices(problems: &mut Vec<FieldError>, raw: Value) -> Vec<String> {
             problems.push(type_error(&path, "a string"));
             continue;
         };
-        if choice.is_empty() {
-            problems.push(FieldError::new(path, FieldCode::Empty, "a choice must not be empty"));
-        } else if choice.len() > MAX_CHOICE_BYTES {
-            problems.push(FieldError::new(
-                path,
-                FieldCode::TooLong,
-                format!("a choice must be at most {MAX_CHOICE_BYTES} bytes"),
-            ));
+        if let Some(problem) = check_length(&path, &choice, MAX_CHOICE_BYTES, "a choice") {
+            problems.push(problem);
         } else if choices.contains(&choice) {
             problems.push(FieldError::new(path, FieldCode::Duplicate, "choices must be distinct"));
         }

@@ -3,7 +3,7 @@
 // temporary database that notifies it; the link comes from the `answer_url` of the GateOpened
 // notification, exactly as a person would get it. Run with `node --test` (see run.sh).
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import http from 'node:http';
@@ -14,9 +14,9 @@ import {
   WAIT,
   answerViaApi,
   createWorld,
-  launchBrowser,
   openGate,
   readGate,
+  sharedBrowser,
   shot,
   sleep,
   waitForText as waitForTextWithin,
@@ -24,15 +24,7 @@ import {
 
 const SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
 
-let browser;
-
-before(async () => {
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 // ---- the webhook receiver -------------------------------------------------------------------------
 
@@ -95,7 +87,7 @@ function answerUrlFor(receiver, gateId) {
 // ---- one test's world: a receiver, a server, its gates and its pages ----------------------------
 
 async function setup(t) {
-  const base = await createWorld(t, browser, 'gatehouse-answer-link-');
+  const base = await createWorld(t, browser(), 'gatehouse-answer-link-');
   const secretFile = path.join(base.dir, 'webhook-secret');
   await writeFile(secretFile, SECRET);
   const receiver = await startReceiver();

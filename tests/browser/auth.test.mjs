@@ -5,19 +5,23 @@
 // login cookie (CSRF), and a hostname rebound to the loopback is not served (DNS rebinding).
 // Run with `node --test` (see run.sh).
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import path from 'node:path';
 import {
+  PHONE,
   TEST_TIMEOUT,
   WAIT,
   api,
+  assertDarkScheme,
+  assertFitsItsViewport,
   createWorld,
   launchBrowser,
   newToken,
   openGate,
   readGate,
+  sharedBrowser,
   shot,
   sleep,
   stopServer,
@@ -27,15 +31,7 @@ import {
   writeTokensFile,
 } from './harness.mjs';
 
-let browser;
-
-before(async () => {
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 // ---- one test's world: tokens, a server that needs them, pages ------------------------------------
 
@@ -43,7 +39,7 @@ after(async () => {
 const WRONG_SECRET = 'not-a-token-of-this-server-0123456789';
 
 async function setup(t) {
-  const base = await createWorld(t, browser, 'gatehouse-auth-');
+  const base = await createWorld(t, browser(), 'gatehouse-auth-');
   const tokens = {
     agent: newToken('agent', 'build-bot'),
     responder: newToken('responder', 'alice'),
@@ -76,6 +72,18 @@ async function setup(t) {
     /** No secret of this test in any server's log. */
     assertNoSecretLogged() {
       base.assertNotLogged([...Object.values(tokens).map((token) => token.secret), WRONG_SECRET]);
+    },
+    /** How most tests end: no problem on any page, and no secret in any server's log. */
+    assertNoProblemsAndNoSecretLogged() {
+      world.assertNoProblems();
+      world.assertNoSecretLogged();
+    },
+    /** A new page on the inbox, logged in with the responder's token: the lists shown, live. */
+    async loggedInPage() {
+      const page = await world.page();
+      await waitForLoginForm(page);
+      await logIn(page, tokens.responder);
+      return page;
     },
   };
   await world.start();
@@ -192,37 +200,32 @@ test('with a tokens file the page asks for a login; a wrong token is refused inl
   assert.equal(stored.answer, 'ship');
   assert.equal(stored.resolution.source.principal, 'alice', 'the answer is recorded under the responder token’s name');
 
-  world.assertNoProblems();
-  world.assertNoSecretLogged();
+  world.assertNoProblemsAndNoSecretLogged();
 });
 
 test('the login form in the dark scheme and at phone width', { timeout: TEST_TIMEOUT }, async (t) => {
   const world = await setup(t);
   const dark = await world.page({ colorScheme: 'dark', viewport: { width: 1100, height: 700 } });
   await waitForLoginForm(dark);
-  assert.equal(await dark.evaluate(() => getComputedStyle(document.body).backgroundColor), 'rgb(18, 20, 23)', 'the dark scheme applies');
+  await assertDarkScheme(dark);
   await shot(dark, 'login-dark.png');
   await typeToken(dark, WRONG_SECRET);
   await dark.getByTestId('login-error').waitFor();
   await shot(dark, 'login-dark-error.png');
 
-  const phone = await world.page({ viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true });
+  const phone = await world.page(PHONE);
   await waitForLoginForm(phone);
   await typeToken(phone, world.tokens.agent.secret);
   await phone.getByTestId('login-forbidden').waitFor();
-  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  assert.equal(overflow, 0, 'nothing wider than a phone');
+  await assertFitsItsViewport(phone);
   await shot(phone, 'login-phone.png');
 
-  world.assertNoProblems();
-  world.assertNoSecretLogged();
+  world.assertNoProblemsAndNoSecretLogged();
 });
 
 test('the login cookie survives a server restart: the stream reconnects, a reload needs no login, answers still work', { timeout: TEST_TIMEOUT }, async (t) => {
   const world = await setup(t);
-  const page = await world.page();
-  await waitForLoginForm(page);
-  await logIn(page, world.tokens.responder);
+  const page = await world.loggedInPage();
   const first = await openGate(world.as('agent'), { question: 'Before the restart?', choices: ['a', 'b'] });
   await openCard(page, first).waitFor();
 
@@ -248,8 +251,7 @@ test('the login cookie survives a server restart: the stream reconnects, a reloa
   await waitForText(resolvedItem(page, during).getByTestId('answer'), 'yes');
   assert.equal((await readGate(world.as('admin'), during)).resolution.source.principal, 'alice');
 
-  world.assertNoProblems();
-  world.assertNoSecretLogged();
+  world.assertNoProblemsAndNoSecretLogged();
 });
 
 test('an agent token may not use the page: it says so, and another token can log in from there', { timeout: TEST_TIMEOUT }, async (t) => {
@@ -273,15 +275,12 @@ test('an agent token may not use the page: it says so, and another token can log
   assert.equal(await forbidden.isHidden(), true);
   await openCard(page, gate).waitFor();
 
-  world.assertNoProblems();
-  world.assertNoSecretLogged();
+  world.assertNoProblemsAndNoSecretLogged();
 });
 
 test('a stream or an answer refused with 401 brings the login form back, without retrying in a loop', { timeout: TEST_TIMEOUT }, async (t) => {
   const world = await setup(t);
-  const page = await world.page();
-  await waitForLoginForm(page);
-  await logIn(page, world.tokens.responder);
+  const page = await world.loggedInPage();
   const gate = await openGate(world.as('agent'), { question: 'Roll back the schema change?', choices: ['roll back', 'keep'] });
   await openCard(page, gate).waitFor();
 
@@ -316,12 +315,11 @@ test('a stream or an answer refused with 401 brings the login form back, without
   await logIn(page, world.tokens.responder);
   assert.equal(requests.count('/v1/events'), 2);
 
-  world.assertNoProblems();
-  world.assertNoSecretLogged();
+  world.assertNoProblemsAndNoSecretLogged();
 });
 
 test('without a tokens file the page needs no login', { timeout: TEST_TIMEOUT }, async (t) => {
-  const base = await createWorld(t, browser, 'gatehouse-open-');
+  const base = await createWorld(t, browser(), 'gatehouse-open-');
   const server = await base.startServer('open.db');
   const gate = await openGate(server, { question: 'Open mode?', choices: ['yes'] });
   const page = await base.newPage();
@@ -375,9 +373,7 @@ const answersGate = (view) => (response) => response.request().method() === 'POS
 
 test('a page of another origin cannot answer with the login cookie: simple requests get 403, a JSON request never passes the preflight, the gate stays open', { timeout: TEST_TIMEOUT }, async (t) => {
   const world = await setup(t);
-  const page = await world.page();
-  await waitForLoginForm(page);
-  await logIn(page, world.tokens.responder);
+  const page = await world.loggedInPage();
   // The attacker's answer is one of the gate's choices, so nothing about the answer itself is wrong.
   const gate = await openGate(world.as('agent'), { question: 'Wire the funds to the new account?', choices: ['keep', 'evil'] });
   await openCard(page, gate).waitFor();
@@ -463,8 +459,7 @@ test('a page of another origin cannot answer with the login cookie: simple reque
   assert.equal(answer.answer, 'keep');
   assert.equal(answer.resolution.source.principal, 'alice');
 
-  world.assertNoProblems();
-  world.assertNoSecretLogged();
+  world.assertNoProblemsAndNoSecretLogged();
 });
 
 /** A made-up hostname that the rebinding browser resolves to 127.0.0.1, as a rebound DNS name would. */

@@ -10,6 +10,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
@@ -30,8 +31,8 @@ export const TEST_TIMEOUT = 60_000;
 // ---- the browser ----------------------------------------------------------------------------------
 
 /**
- * Makes sure the screenshots directory exists and launches a headless Chromium; meant for a test
- * file's `before` hook (close it in `after`), or for a test that needs a browser of its own.
+ * Makes sure the screenshots directory exists and launches a headless Chromium: a test file's own
+ * (see `sharedBrowser`), or a test's that needs a browser of its own.
  * @param {string[]} [extraArgs] more Chromium switches, e.g. `--host-resolver-rules=…`
  * @returns {Promise<import('playwright-core').Browser>}
  */
@@ -51,6 +52,43 @@ export async function launchBrowser(extraArgs = []) {
       ...extraArgs,
     ],
   });
+}
+
+/**
+ * One headless Chromium for the tests of the file that calls this (at its top level): launched in a
+ * `before` hook, closed in an `after` hook.
+ * @returns {() => import('playwright-core').Browser} gives that browser, once the hook has run
+ */
+export function sharedBrowser() {
+  let browser;
+  before(async () => {
+    browser = await launchBrowser();
+  });
+  after(async () => {
+    await browser?.close();
+  });
+  return () => browser;
+}
+
+/** The page options of a phone: its viewport, touch, and the mobile meta viewport honoured. */
+export const PHONE = { viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true };
+
+/**
+ * Asserts that the page shows the dark scheme's background (a page opened with `colorScheme: 'dark'`).
+ * @param {import('playwright-core').Page} page
+ */
+export async function assertDarkScheme(page) {
+  const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  assert.equal(background, 'rgb(18, 20, 23)', 'the dark scheme applies');
+}
+
+/**
+ * Asserts that nothing on the page is wider than its viewport (on a `PHONE`: no sideways scrolling).
+ * @param {import('playwright-core').Page} page
+ */
+export async function assertFitsItsViewport(page) {
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.equal(overflow, 0, 'nothing wider than a phone');
 }
 
 /**

@@ -2,38 +2,33 @@
 // Every test starts its own gatehouse on a temporary database, talks to it with fetch as an agent
 // (or curl) would, and drives one or more pages. Run with `node --test` (see run.sh).
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import {
+  PHONE,
   TEST_TIMEOUT,
   WAIT,
   answerViaApi,
   api,
+  assertDarkScheme,
+  assertFitsItsViewport,
   createWorld,
-  launchBrowser,
   openGate,
   readGate,
+  sharedBrowser,
   shot,
   sleep,
   stopServer,
   waitForText,
 } from './harness.mjs';
 
-let browser;
-
-before(async () => {
-  browser = await launchBrowser();
-});
-
-after(async () => {
-  await browser?.close();
-});
+const browser = sharedBrowser();
 
 // ---- one test's world: a temporary directory, its servers and its pages ------------------------
 
 async function setup(t) {
-  const base = await createWorld(t, browser, 'gatehouse-browser-');
+  const base = await createWorld(t, browser(), 'gatehouse-browser-');
   const world = {
     dir: base.dir,
     server: null,
@@ -539,14 +534,12 @@ test('screenshots: dark scheme and phone width', { timeout: TEST_TIMEOUT }, asyn
   const dark = await world.page({ colorScheme: 'dark', viewport: { width: 1100, height: 900 } });
   await openCard(dark, deploy).waitFor();
   await waitForResolved(dark, closed, { answer: 'No answer', how: 'Abandoned' });
-  const background = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
-  assert.equal(background, 'rgb(18, 20, 23)', 'the dark scheme applies');
+  await assertDarkScheme(dark);
   await shot(dark, 'dark.png');
 
-  const phone = await world.page({ viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true });
+  const phone = await world.page(PHONE);
   await openCard(phone, deploy).waitFor();
-  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  assert.equal(overflow, 0, 'nothing wider than a phone');
+  await assertFitsItsViewport(phone);
   await shot(phone, 'phone.png');
   world.assertNoProblems();
 });

@@ -51,8 +51,7 @@ async fn sixty_four_concurrent_answers_produce_exactly_one_resolution() {
 #[tokio::test]
 async fn one_shared_idempotency_key_gives_every_request_the_same_202() {
     let app = TestApp::spawn().await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Deploy?")).await);
+    let (session, loop_id, gate) = app.open_asking("Deploy?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
 
     let body = answer("yes");
@@ -410,8 +409,7 @@ async fn answers_are_checked_against_their_bounds() {
 #[tokio::test]
 async fn a_full_gate_response_body_is_accepted_and_its_source_ignored() {
     let app = TestApp::spawn().await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Q?")).await);
+    let (session, _, gate) = app.open_asking("Q?").await;
     let body = json!({"gate_id": gate.to_uppercase(), "action": "answer", "values": {"answer": "A"}, "source": {"kind": "policy", "reason": "timeout"}});
     app.post(&format!("/v1/sessions/{session}/gates/{gate}"), &body).await.expect(202);
     let view = app.view(&session, &gate).await;
@@ -422,8 +420,7 @@ async fn a_full_gate_response_body_is_accepted_and_its_source_ignored() {
 #[tokio::test]
 async fn on_a_resolved_gate_the_key_and_state_are_checked_before_the_answer() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Order?")).await);
+    let (session, _, gate) = app.open_asking("Order?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     app.post_with(&path, &[("idempotency-key", "k")], &answer("first")).await.expect(202);
 
@@ -441,8 +438,7 @@ async fn on_a_resolved_gate_the_key_and_state_are_checked_before_the_answer() {
 #[tokio::test]
 async fn chunked_bodies_follow_the_same_rules() {
     let app = TestApp::spawn_with(|args| args.http.max_body = 4096).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Chunked?")).await);
+    let (session, _, gate) = app.open_asking("Chunked?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let body = answer("yes").to_string().into_bytes();
     app.send_chunked(&path, &[], body.clone()).await.expect_error(415, "unsupported_media_type");

@@ -403,8 +403,7 @@ async fn streams_are_capped_per_token() {
 #[tokio::test]
 async fn open_mode_needs_no_credentials_and_records_no_principal() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Open?")).await);
+    let (session, _, gate) = app.open_asking("Open?").await;
     app.answer(&session, &gate, "yes").await.expect(202);
     assert_eq!(app.view(&session, &gate).await["resolution"]["source"], json!({"kind": "user"}));
     let resp = app.post("/v1/login", &json!({"token": "anything-at-all-0123"})).await.expect(204);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gatehouse::store::sqlite::PendingCommit;
 
-use crate::helpers::{EventStream, NET_TIMEOUT, TestApp, ask, bounded, gate_id, uuid};
+use crate::helpers::{EventStream, NET_TIMEOUT, TestApp, bounded};
 
 /// Pauses the writer before COMMIT while armed, until released.
 struct Barrier {
@@ -48,8 +48,7 @@ async fn nothing_is_observable_before_commit() {
         })),
     };
     let app = TestApp::spawn_hooked(hooks, |_| {}).await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Barrier?")).await);
+    let (session, loop_id, gate) = app.open_asking("Barrier?").await;
     let head_before = app.journal().await.len();
 
     let waiter = app.spawn_get(format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60"));

@@ -11,7 +11,14 @@ use crate::helpers::{Client, ServerProcess, TestApp, ask, bounded, eventually, g
 
 /// `gatehouse ARGS…` against the server at `url`, with its output captured.
 fn gatehouse(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+    against(url, env!("CARGO_BIN_EXE_gatehouse"), args)
+}
+
+/// `PROGRAM ARGS…` with what a `gatehouse` it runs sees: the server at `url`, no token and no
+/// `RUST_LOG` from this environment, no stdin, its output captured. `gatehouse` itself, or a
+/// wrapper (`timeout`, `script`) that runs it.
+fn against(url: &str, program: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
     cmd.args(args)
         .env("GATEHOUSE_URL", url)
         .env_remove("RUST_LOG")
@@ -84,12 +91,8 @@ async fn ask_prints_the_answer_given_by_another_process_and_acks_its_command() {
     assert_eq!(text(&asked.stdout), "yes\n", "the answer alone");
 
     assert!(app.inbox(&session, &loop_id).await.is_empty(), "ask acked its command");
-    let all = app
-        .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true"))
-        .await
-        .expect(200)
-        .json();
-    assert!(all["commands"][0]["acked_at"].is_string());
+    let all = app.inbox_with_acked(&session, &loop_id).await;
+    assert!(all[0]["acked_at"].is_string());
     assert_eq!(app.get(&waits).await.expect(200).json()["answer"], "yes");
 }
 
@@ -151,16 +154,13 @@ async fn ask_under_timeout_leaves_no_gate_open() {
     let app = TestApp::spawn().await;
     let session = uuid();
     // As a CI job would: `timeout` sends SIGTERM after 5 s and waits for the exit.
-    let timed = Command::new("timeout")
-        .args(["5", env!("CARGO_BIN_EXE_gatehouse"), "ask", "Anyone there?", "--session", &session])
-        .env("GATEHOUSE_URL", &app.base)
-        .env_remove("GATEHOUSE_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let timed = against(
+        &app.base,
+        "timeout",
+        &["5", env!("CARGO_BIN_EXE_gatehouse"), "ask", "Anyone there?", "--session", &session],
+    )
+    .spawn()
+    .unwrap();
     let timed = finish(timed).await;
     assert_eq!(timed.status.code(), Some(124), "timeout stopped it: {}", text(&timed.stderr));
     let gates = app.listed_gate_ids(&format!("/v1/sessions/{session}/gates?limit=10")).await;
@@ -225,8 +225,7 @@ async fn ask_stops_waiting_when_the_server_refuses_its_token() {
 #[tokio::test]
 async fn answer_reports_late_unreachable_and_usage_errors() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Once")).await);
+    let (session, _, gate) = app.open_asking("Once").await;
     app.answer(&session, &gate, "first").await.expect(202);
 
     let late = finish(gatehouse(&app.base, &["answer", &gate, "second"]).spawn().unwrap()).await;
@@ -263,8 +262,7 @@ async fn answer_reports_late_unreachable_and_usage_errors() {
 #[tokio::test]
 async fn gates_and_tail_print_what_the_server_holds() {
     let app = TestApp::spawn().await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Listed?")).await);
+    let (session, _, gate) = app.open_asking("Listed?").await;
 
     let table = finish(gatehouse(&app.base, &["gates"]).spawn().unwrap()).await;
     assert_eq!(table.status.code(), Some(0));
@@ -463,20 +461,16 @@ async fn on_a_terminal_ask_escapes_the_answer_too() {
     let app = TestApp::spawn().await;
     let session = uuid();
     // util-linux `script` runs ask on a pseudo-terminal and copies what it shows to our pipe.
-    let on_terminal = Command::new("script")
-        .args(["-qec", r#""$GATEHOUSE_BIN" ask "$QUESTION" --session "$SESSION""#, "/dev/null"])
-        .env("GATEHOUSE_BIN", env!("CARGO_BIN_EXE_gatehouse"))
-        .env("QUESTION", "Which\u{1b}[8m one?")
-        .env("SESSION", &session)
-        .env("GATEHOUSE_URL", &app.base)
-        .env_remove("GATEHOUSE_TOKEN")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let on_terminal = against(
+        &app.base,
+        "script",
+        &["-qec", r#""$GATEHOUSE_BIN" ask "$QUESTION" --session "$SESSION""#, "/dev/null"],
+    )
+    .env("GATEHOUSE_BIN", env!("CARGO_BIN_EXE_gatehouse"))
+    .env("QUESTION", "Which\u{1b}[8m one?")
+    .env("SESSION", &session)
+    .spawn()
+    .unwrap();
     let gate = gate_id(&opened_in(&app, &session).await);
     app.parked_on_gate(&gate, 1).await;
     app.answer(&session, &gate, "two\u{1b}]52;c;eA==\u{7}\u{202e}\nlines").await.expect(202);

@@ -7,15 +7,15 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::database::sqlite_only;
-use crate::helpers::{EventStream, NET_TIMEOUT, ServerProcess, TestApp, ask, bounded, gate_id, temp_db, uuid};
+use crate::helpers::{
+    EventStream, NET_TIMEOUT, ServerProcess, TestApp, ask, bounded, gate_id, sqlite_db, temp_db, uuid,
+};
 
 #[tokio::test]
 async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
     let (_dir, db) = temp_db();
-    let (session, loop_id) = (uuid(), uuid());
-
     let server = ServerProcess::start(&db);
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Survive?")).await);
+    let (session, loop_id, gate) = server.open_asking("Survive?").await;
     server.kill();
 
     let server = ServerProcess::start(&db);
@@ -29,10 +29,8 @@ async fn a_gate_opened_before_sigkill_is_answerable_after_restart() {
 #[tokio::test]
 async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
     let (_dir, db) = temp_db();
-    let (session, loop_id) = (uuid(), uuid());
-
     let server = ServerProcess::start(&db);
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Deploy?")).await);
+    let (session, loop_id, gate) = server.open_asking("Deploy?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let key = [("idempotency-key", "deploy-1")];
     let accepted = server.post_with(&path, &key, &crate::helpers::answer("ship it")).await.expect(202).json();
@@ -58,22 +56,17 @@ async fn an_acknowledged_answer_survives_sigkill_until_the_loop_acks_it() {
 
     let server = ServerProcess::start(&db);
     assert!(server.inbox(&session, &loop_id).await.is_empty(), "acked: gone from the default view");
-    let all = server
-        .get(&format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true"))
-        .await
-        .expect(200)
-        .json();
-    assert_eq!(all["commands"].as_array().unwrap().len(), 1);
-    assert_eq!(all["commands"][0]["command"]["command_id"], command_id);
-    assert!(all["commands"][0]["acked_at"].is_string());
+    let all = server.inbox_with_acked(&session, &loop_id).await;
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0]["command"]["command_id"], command_id);
+    assert!(all[0]["acked_at"].is_string());
 }
 
 #[tokio::test]
 async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
     let (_dir, db) = temp_db();
-    let (session, loop_id) = (uuid(), uuid());
     let server = ServerProcess::start(&db);
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Still there?")).await);
+    let (session, loop_id, gate) = server.open_asking("Still there?").await;
 
     let wait = server.spawn_get(format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=60"));
     let poll = server.spawn_get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=60"));
@@ -114,10 +107,9 @@ async fn sigterm_ends_streams_and_long_polls_and_closes_the_database_cleanly() {
 
 #[tokio::test]
 async fn a_second_server_on_the_same_database_refuses_to_start() {
-    if sqlite_only("the lock file (replicas may share a PostgreSQL database)") {
+    let Some((_dir, db)) = sqlite_db("the lock file (replicas may share a PostgreSQL database)") else {
         return;
-    }
-    let (_dir, db) = temp_db();
+    };
     let first = ServerProcess::start(&db);
     let (code, stderr) = ServerProcess::serve_to_exit(&db, "127.0.0.1:0", &[]);
     assert_eq!(code, Some(1), "{stderr}");
@@ -166,13 +158,11 @@ fn unusable_database_files_give_clear_errors() {
 
 #[tokio::test]
 async fn a_forced_second_writer_cannot_break_exactly_once() {
-    if sqlite_only("a second SQLite connection") {
+    let Some((dir, db)) = sqlite_db("a second SQLite connection") else {
         return;
-    }
-    let (dir, db) = temp_db();
+    };
     let app = TestApp::start(&db, |_| {}).await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Guarded?")).await);
+    let (session, loop_id, gate) = app.open_asking("Guarded?").await;
     app.answer(&session, &gate, "first").await.expect(202);
 
     // A second connection, past the server's lock file, writes as it likes.
@@ -213,10 +203,9 @@ async fn a_forced_second_writer_cannot_break_exactly_once() {
 
 #[tokio::test]
 async fn a_truncated_database_gives_a_clear_error_at_start() {
-    if sqlite_only("a database file") {
+    let Some((dir, db)) = sqlite_db("a database file") else {
         return;
-    }
-    let (dir, db) = temp_db();
+    };
     let app = TestApp::start(&db, |_| {}).await;
     for _ in 0..50 {
         app.open(&uuid(), &ask(&uuid(), &uuid(), &"q".repeat(2000))).await;
@@ -244,10 +233,9 @@ async fn a_truncated_database_gives_a_clear_error_at_start() {
 /// (each round writes several full pages), back to back; then the WAL file must hold fewer than
 /// `bound` frames (it never shrinks: SQLite writes it over from its start).
 async fn assert_wal_stays_below(bound: u64, writers: usize, rounds: usize) {
-    if sqlite_only("the SQLite WAL") {
+    let Some((_dir, db)) = sqlite_db("the SQLite WAL") else {
         return;
-    }
-    let (_dir, db) = temp_db();
+    };
     let app = TestApp::start(&db, |_| {}).await;
     let question = "q".repeat(4000);
     join_all((0..writers).map(|_| async {

@@ -16,7 +16,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
 use crate::contract;
-use crate::helpers::{EventStream, ServerProcess, TestApp, ask, bounded, check_no_store, temp_db, uuid};
+use crate::helpers::{EventStream, ServerProcess, Signed, TestApp, ask, bounded, check_no_store, temp_db, uuid};
 
 /// The documented bound (README "Reliability"): 1,100 unfinished heads and 200 unfinished login
 /// bodies add at most this much RSS at the default caps.
@@ -34,6 +34,18 @@ fn tokens_file(db: &Path) -> PathBuf {
 
 fn server_address(base: &str) -> SocketAddr {
     base.trim_start_matches("http://").parse().expect("a loopback address")
+}
+
+/// A server in this process with the connection limit `limit` sets, and its address; a silent
+/// connection is not timed out for five minutes, so only that limit closes one here.
+async fn patient_server(limit: impl FnOnce(&mut gatehouse::ServeArgs)) -> (TestApp, SocketAddr) {
+    let app = TestApp::spawn_with(|args| {
+        limit(args);
+        args.http.header_timeout = Duration::from_secs(300);
+    })
+    .await;
+    let addr = server_address(&app.base);
+    (app, addr)
 }
 
 /// A TCP connection to `server` from the loopback address `source`.
@@ -290,12 +302,7 @@ async fn one_address_holds_a_bounded_number_of_connections_until_they_authentica
 
 #[tokio::test]
 async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection() {
-    let app = TestApp::spawn_with(|args| {
-        args.http.max_unauthenticated_per_address = 3;
-        args.http.header_timeout = Duration::from_secs(300);
-    })
-    .await;
-    let addr = server_address(&app.base);
+    let (app, addr) = patient_server(|args| args.http.max_unauthenticated_per_address = 3).await;
     let client = Ipv4Addr::new(127, 0, 5, 1);
     // Three connections that each made a request no longer count…
     let mut served = Vec::new();
@@ -316,12 +323,7 @@ async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection
 
 #[tokio::test]
 async fn past_the_connection_cap_new_connections_are_closed_at_once() {
-    let app = TestApp::spawn_with(|args| {
-        args.http.max_connections = 20;
-        args.http.header_timeout = Duration::from_secs(300);
-    })
-    .await;
-    let addr = server_address(&app.base);
+    let (app, addr) = patient_server(|args| args.http.max_connections = 20).await;
     let mut open = Vec::new();
     for host in 1..=4 {
         open.extend(connections_from(Ipv4Addr::new(127, 0, 6, host), addr, 5, b"").await);
@@ -454,17 +456,11 @@ async fn requests_without_a_token_may_send_only_small_bodies() {
 
     // A signed answer: refused for its size before its signature is even looked at.
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
-    let secret: gatehouse::common::signature::Secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".parse().unwrap();
-    let signature = gatehouse::common::signature::sign(&secret, "msg_big", now, &big(70_000));
-    let now = now.to_string();
-    let signed = [
-        ("content-type", "application/json"),
-        ("webhook-id", "msg_big"),
-        ("webhook-timestamp", now.as_str()),
-        ("webhook-signature", signature.as_str()),
-    ];
+    let signed = Signed::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "msg_big", now, &big(70_000));
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    app.send(reqwest::Method::POST, &path, &signed, Some(big(70_000))).await.expect_error(413, "payload_too_large");
+    app.send(reqwest::Method::POST, &path, &signed.headers(), Some(big(70_000)))
+        .await
+        .expect_error(413, "payload_too_large");
 
     // With a token, --max-body (1 MiB) applies: a large body is read, and judged on its content.
     let mut long = ask(&uuid(), &uuid(), &"q".repeat(100_000));

@@ -1,10 +1,10 @@
 //! Storage faults (spec §7 `--fault-file`): a failed write is a retryable 503 that changes
 //! nothing, `/readyz` reports it, and the writer finds its way back once storage recovers.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::database::sqlite_only;
-use crate::helpers::{Client, TestApp, ask, eventually, gate_id, uuid};
+use crate::helpers::{Client, TestApp, ask, eventually, gate_id, sqlite_db, uuid};
 
 /// Polls `/readyz` until it answers `status` (bounded).
 async fn await_ready(client: &Client, status: u16) {
@@ -15,16 +15,25 @@ fn set_fault(path: &Path, fault: &str) {
     std::fs::write(path, fault).unwrap();
 }
 
-#[tokio::test]
-async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() {
+/// A server whose storage fails as the file `fault` says (empty or absent: no fault), kept in a
+/// directory of its own that lives as long as the returned `TempDir`. `None` on PostgreSQL, where
+/// the test is skipped: the fault file is SQLite's.
+async fn with_fault_file() -> Option<(tempfile::TempDir, PathBuf, TestApp)> {
     if sqlite_only("the fault file and the write lock") {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("fault");
     let app = TestApp::spawn_with(|args| args.store.fault_file = Some(fault.clone())).await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Through a fault?")).await);
+    Some((dir, fault, app))
+}
+
+#[tokio::test]
+async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() {
+    let Some((_dir, fault, app)) = with_fault_file().await else {
+        return;
+    };
+    let (session, loop_id, gate) = app.open_asking("Through a fault?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let key = [("idempotency-key", "retry-me")];
 
@@ -48,12 +57,9 @@ async fn a_read_only_database_fails_answers_with_a_retryable_503_and_recovers() 
 
 #[tokio::test]
 async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
-    if sqlite_only("the fault file and the write lock") {
+    let Some((_dir, fault, app)) = with_fault_file().await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let fault = dir.path().join("fault");
-    let app = TestApp::spawn_with(|args| args.store.fault_file = Some(fault.clone())).await;
+    };
     let session = uuid();
     let big = "q".repeat(4000);
     let body = ask(&uuid(), &uuid(), &big);
@@ -81,12 +87,9 @@ async fn a_full_disk_rolls_back_the_whole_transaction_and_recovers() {
 
 #[tokio::test]
 async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
-    if sqlite_only("the fault file and the write lock") {
+    let Some((_dir, fault, app)) = with_fault_file().await else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let fault = dir.path().join("fault");
-    let app = TestApp::spawn_with(|args| args.store.fault_file = Some(fault.clone())).await;
+    };
     let (session, loop_id) = (uuid(), uuid());
     let mut body = ask(&loop_id, &uuid(), "Default me");
     body["response_policy"] = serde_json::json!({"timeout": 500_000_000, "on_timeout": "respond",
@@ -105,13 +108,11 @@ async fn a_timeout_answer_that_fails_is_retried_until_storage_recovers() {
 
 #[tokio::test]
 async fn another_connection_holding_the_write_lock_gives_retryable_503s_and_the_server_recovers() {
-    if sqlite_only("the fault file and the write lock") {
+    let Some((dir, db)) = sqlite_db("the fault file and the write lock") else {
         return;
-    }
-    let (dir, db) = crate::helpers::temp_db();
+    };
     let app = TestApp::start(&db, |_| {}).await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Locked out?")).await);
+    let (session, loop_id, gate) = app.open_asking("Locked out?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     let key = [("idempotency-key", "through-the-lock")];
     let journal_before = app.journal().await;

@@ -192,8 +192,7 @@ async fn bad_open_requests_are_refused_with_field_details() {
 #[tokio::test]
 async fn closing_withdraws_without_a_command() {
     let app = TestApp::spawn().await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Still needed?")).await);
+    let (session, loop_id, gate) = app.open_asking("Still needed?").await;
     let close = format!("/v1/sessions/{session}/gates/{gate}/close");
     // An empty body (even one labelled JSON, as browsers' fetch may send) means the default reason.
     let json_ct = [("content-type", "application/json")];
@@ -273,8 +272,7 @@ async fn listings_filter_order_and_page_with_a_snapshot_head() {
 #[tokio::test]
 async fn wait_returns_when_the_gate_is_answered() {
     let app = TestApp::spawn().await;
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&app.open(&session, &ask(&loop_id, &uuid(), "Wait for me")).await);
+    let (session, _, gate) = app.open_asking("Wait for me").await;
     let wait = format!("/v1/sessions/{session}/gates/{gate}/wait");
 
     let still_open = app.get(&format!("{wait}?timeout=0")).await.expect(200).json();

@@ -788,3 +788,57 @@ impl EventStream {
         }
     }
 }
+
+/// A Standard Webhooks signature (spec §9) over one request body: what a signed answer carries in
+/// its `webhook-id`, `webhook-timestamp` and `webhook-signature` headers.
+pub struct Signed {
+    id: String,
+    timestamp: String,
+    signature: String,
+}
+
+impl Signed {
+    /// `body` as message `id`, signed with `secret` (`whsec_…`) at `at` (Unix seconds).
+    pub fn new(secret: &str, id: &str, at: u64, body: &[u8]) -> Self {
+        let secret: gatehouse::common::signature::Secret = secret.parse().expect("a webhook secret");
+        let signature = gatehouse::common::signature::sign(&secret, id, at, body);
+        Self { id: id.to_owned(), timestamp: at.to_string(), signature }
+    }
+
+    /// The headers of a signed JSON request: content type, id, timestamp, signature (in that
+    /// order, so a test can swap one of them out).
+    pub fn headers(&self) -> [(&str, &str); 4] {
+        [
+            ("content-type", "application/json"),
+            ("webhook-id", &self.id),
+            ("webhook-timestamp", &self.timestamp),
+            ("webhook-signature", &self.signature),
+        ]
+    }
+}
+
+impl Client {
+    /// Opens a gate asking `question` for a new loop in a new session, as most tests begin:
+    /// returns (session, loop id, gate id).
+    pub async fn open_asking(&self, question: &str) -> (String, String, String) {
+        let (session, loop_id) = (uuid(), uuid());
+        let gate = gate_id(&self.open(&session, &ask(&loop_id, &uuid(), question)).await);
+        (session, loop_id, gate)
+    }
+
+    /// A loop's inbox with its acked commands (one page, `?include_acked=true`).
+    pub async fn inbox_with_acked(&self, session: &str, loop_id: &str) -> Vec<Value> {
+        let path = format!("/v1/sessions/{session}/loops/{loop_id}/commands?include_acked=true");
+        let page = self.get(&path).await.expect(200).json();
+        page["commands"].as_array().expect("commands").clone()
+    }
+}
+
+/// A fresh database file for a test of SQLite's own files, locks or connections; `None` (the test
+/// is skipped, and says so) on PostgreSQL.
+pub fn sqlite_db(what: &str) -> Option<(TempDir, std::path::PathBuf)> {
+    if database::sqlite_only(what) {
+        return None;
+    }
+    Some(temp_db())
+}

@@ -30,15 +30,33 @@ fn three_replicas(db: &std::path::Path, extra: &[&str]) -> Vec<ServerProcess> {
     (0..3).map(|_| ServerProcess::start_with(db, "127.0.0.1:0", &flags)).collect()
 }
 
+/// Three replicas on a fresh database that lives as long as the returned `TempDir`, or `None`
+/// (the test is skipped) without PostgreSQL.
+fn three_fresh_replicas() -> Option<(tempfile::TempDir, Vec<ServerProcess>)> {
+    if skipped() {
+        return None;
+    }
+    let (dir, db) = temp_db();
+    let replicas = three_replicas(&db, &[]);
+    Some((dir, replicas))
+}
+
+/// How many times `gate` was resolved in the journal as `replica` reads it.
+async fn resolutions_of(replica: &ServerProcess, gate: &str) -> usize {
+    replica
+        .journal_all()
+        .await
+        .into_iter()
+        .filter(|e| e["event"]["type"] == "GateResolved" && e["event"]["gate_id"] == gate)
+        .count()
+}
+
 #[tokio::test]
 async fn a_thousand_answers_spread_over_three_replicas_have_one_winner() {
-    if skipped() {
+    let Some((_dir, replicas)) = three_fresh_replicas() else {
         return;
-    }
-    let (_dir, db) = temp_db();
-    let replicas = three_replicas(&db, &[]);
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&replicas[0].open(&session, &ask(&loop_id, &uuid(), "Who wins?")).await);
+    };
+    let (session, loop_id, gate) = replicas[0].open_asking("Who wins?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
     // One HTTP client per replica; every request its own answer, sent all at once.
     let http: Vec<reqwest::Client> = (0..3).map(|_| reqwest::Client::builder().no_proxy().build().unwrap()).collect();
@@ -66,13 +84,7 @@ async fn a_thousand_answers_spread_over_three_replicas_have_one_winner() {
     for replica in &replicas {
         let view = replica.view(&session, &gate).await;
         assert_eq!(view["answer"], format!("racer {winner}"), "every replica reads the winner");
-        let resolutions = replica
-            .journal_all()
-            .await
-            .into_iter()
-            .filter(|e| e["event"]["type"] == "GateResolved" && e["event"]["gate_id"] == gate.as_str())
-            .count();
-        assert_eq!(resolutions, 1);
+        assert_eq!(resolutions_of(replica, &gate).await, 1);
     }
     let inbox = replicas[2].inbox_all(&session, &loop_id).await;
     assert_eq!(inbox.len(), 1, "one command");
@@ -81,18 +93,15 @@ async fn a_thousand_answers_spread_over_three_replicas_have_one_winner() {
 
 #[tokio::test]
 async fn an_answer_on_one_replica_reaches_agents_waiting_on_another_and_every_replica_replays_one_journal() {
-    if skipped() {
+    let Some((_dir, replicas)) = three_fresh_replicas() else {
         return;
-    }
-    let (_dir, db) = temp_db();
-    let replicas = three_replicas(&db, &[]);
+    };
     let clients: Vec<Client> = replicas.iter().map(|r| r.client.clone()).collect();
     // On each replica an agent opens a gate; it waits on the next replica (inbox long-poll,
     // inbox stream, gate long-poll); a person answers on the one after.
     for i in 0..3 {
         let (opener, waiter, answerer) = (&clients[i], &clients[(i + 1) % 3], &clients[(i + 2) % 3]);
-        let (session, loop_id) = (uuid(), uuid());
-        let gate = gate_id(&opener.open(&session, &ask(&loop_id, &uuid(), &format!("Opened on replica {i}?"))).await);
+        let (session, loop_id, gate) = opener.open_asking(&format!("Opened on replica {i}?")).await;
         let inbox = waiter.spawn_get(format!("/v1/sessions/{session}/loops/{loop_id}/commands?wait=30"));
         let waited = waiter.spawn_get(format!("/v1/sessions/{session}/gates/{gate}/wait?timeout=30"));
         let commands = format!("/v1/sessions/{session}/loops/{loop_id}/commands");
@@ -133,11 +142,9 @@ async fn an_answer_on_one_replica_reaches_agents_waiting_on_another_and_every_re
 
 #[tokio::test]
 async fn a_deadline_is_kept_by_another_replica_when_its_own_dies() {
-    if skipped() {
+    let Some((_dir, mut replicas)) = three_fresh_replicas() else {
         return;
-    }
-    let (_dir, db) = temp_db();
-    let mut replicas = three_replicas(&db, &[]);
+    };
     let (session, loop_id) = (uuid(), uuid());
     let mut body = ask(&loop_id, &uuid(), "Deploy at the deadline?");
     body["choices"] = json!(["yes", "no"]);
@@ -155,13 +162,7 @@ async fn a_deadline_is_kept_by_another_replica_when_its_own_dies() {
     assert_eq!(view["resolution"]["reason"], "policy_response");
     // Both survivors held the deadline: it fired once.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let resolutions = replicas[1]
-        .journal_all()
-        .await
-        .into_iter()
-        .filter(|e| e["event"]["type"] == "GateResolved" && e["event"]["gate_id"] == gate.as_str())
-        .count();
-    assert_eq!(resolutions, 1);
+    assert_eq!(resolutions_of(&replicas[1], &gate).await, 1);
     assert_eq!(replicas[1].inbox_all(&session, &loop_id).await.len(), 1);
 }
 

@@ -315,11 +315,20 @@ async fn story(store: &Store) {
     assert!(store.is_healthy());
 }
 
+/// The PostgreSQL database standing for `name` in a new directory (which lives as long as the
+/// returned `TempDir`): its URL and key file. `None`, the test skipped, without a PostgreSQL server.
+fn fresh_postgres(name: &str) -> Option<(tempfile::TempDir, String, std::path::PathBuf)> {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((url, key)) = database::postgres_for(&dir.path().join(name)) else {
+        eprintln!("skipped: GATEHOUSE_TEST_DATABASE_URL names no PostgreSQL server");
+        return None;
+    };
+    Some((dir, url, key))
+}
+
 #[tokio::test]
 async fn a_postgresql_database_with_a_newer_schema_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((url, key)) = database::postgres_for(&dir.path().join("newer.db")) else {
-        eprintln!("skipped: GATEHOUSE_TEST_DATABASE_URL names no PostgreSQL server");
+    let Some((_dir, url, key)) = fresh_postgres("newer.db") else {
         return;
     };
     let settings = || StoreSettings::Postgres(PgSettings::new(DatabaseUrl::new(url.clone()), Some(key.clone())));
@@ -335,9 +344,7 @@ async fn a_postgresql_database_with_a_newer_schema_is_refused() {
 
 #[tokio::test]
 async fn the_database_url_never_reaches_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((url, key)) = database::postgres_for(&dir.path().join("logged.db")) else {
-        eprintln!("skipped: GATEHOUSE_TEST_DATABASE_URL names no PostgreSQL server");
+    let Some((dir, url, key)) = fresh_postgres("logged.db") else {
         return;
     };
     // The test cluster trusts its users, so any password connects; this one must show nowhere.

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use gatehouse::domain::{GateId, ServerKey};
 
-use crate::database::sqlite_only;
-use crate::helpers::{ServerProcess, ask, eventually, gate_id, temp_db, uuid};
+use crate::helpers::{ServerProcess, ask, eventually, gate_id, sqlite_db, uuid};
 
 fn beside(db: &Path, suffix: &str) -> PathBuf {
     let mut path = db.as_os_str().to_owned();
@@ -30,13 +29,11 @@ fn link_token(db: &Path, gate: &str) -> String {
 
 #[tokio::test]
 async fn files_are_private_and_an_exposed_database_is_reported() {
-    if sqlite_only("the database files") {
+    let Some((_dir, db)) = sqlite_db("the database files") else {
         return;
-    }
-    let (_dir, db) = temp_db();
+    };
     let server = ServerProcess::start(&db);
-    let (session, loop_id) = (uuid(), uuid());
-    let gate = gate_id(&server.open(&session, &ask(&loop_id, &uuid(), "Private?")).await);
+    let (session, _, gate) = server.open_asking("Private?").await;
     server.answer(&session, &gate, "yes").await.expect(202);
     for suffix in ["", "-wal", "-shm", ".lock", ".key"] {
         assert_eq!(mode(&beside(&db, suffix)), 0o600, "gatehouse.db{suffix} is for its owner only");
@@ -57,10 +54,9 @@ async fn files_are_private_and_an_exposed_database_is_reported() {
 
 #[tokio::test]
 async fn the_database_holds_no_answer_link_and_a_copy_of_it_cannot_answer() {
-    if sqlite_only("a copy of the database file") {
+    let Some((_dir, db)) = sqlite_db("a copy of the database file") else {
         return;
-    }
-    let (_dir, db) = temp_db();
+    };
     let server = ServerProcess::start(&db);
     let session = uuid();
     let mut gates = Vec::new();

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use gatehouse::common::signature::{self as sign, Secret};
 use serde_json::{Value, json};
 
-use crate::helpers::{ServerProcess, TestApp, ask, eventually, gate_id, uuid};
+use crate::helpers::{Client, ServerProcess, Signed, TestApp, ask, eventually, gate_id, uuid};
 
 /// Signs notifications.
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -120,11 +120,18 @@ async fn app_for(
     .await
 }
 
-#[tokio::test]
-async fn every_event_is_delivered_signed_in_order_with_answer_links() {
+/// A receiver that accepts every notification, and a server (`app_for`, then `adjust`) that
+/// notifies it, its secret files in a new directory that lives as long as the returned `TempDir`.
+async fn app_with_receiver(adjust: impl FnOnce(&mut gatehouse::ServeArgs)) -> (Receiver, tempfile::TempDir, TestApp) {
     let receiver = Receiver::start(|_, _| 200).await;
     let dir = tempfile::tempdir().unwrap();
-    let app = app_for(&receiver, dir.path(), |_| {}).await;
+    let app = app_for(&receiver, dir.path(), adjust).await;
+    (receiver, dir, app)
+}
+
+#[tokio::test]
+async fn every_event_is_delivered_signed_in_order_with_answer_links() {
+    let (receiver, _dir, app) = app_with_receiver(|_| {}).await;
     let session = uuid();
     let mut body = ask(&uuid(), &uuid(), "Ship <script>alert(1)</script>?");
     body["choices"] = json!(["yes", "no"]);
@@ -192,8 +199,7 @@ async fn failed_deliveries_are_retried_with_identical_bytes_then_dead_lettered()
     .await;
     let dir = tempfile::tempdir().unwrap();
     let app = app_for(&receiver, dir.path(), |_| {}).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Retry?")).await);
+    let (session, _, gate) = app.open_asking("Retry?").await;
     app.answer(&session, &gate, "ok").await.expect(202);
     eventually("the endpoint moves past the dead letter", async || receiver.delivered() == [2, 3]).await;
 
@@ -288,38 +294,28 @@ async fn deliveries_survive_a_crash_of_the_server() {
     .await;
 }
 
+/// Asserts that `gate` was answered by a signed request: the `webhook` principal is its source.
+async fn assert_answered_by_webhook(client: &Client, session: &str, gate: &str) {
+    let view = client.view(session, gate).await;
+    assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
+}
+
 #[tokio::test]
 async fn signed_answers_authenticate_as_webhook() {
-    let receiver = Receiver::start(|_, _| 200).await;
-    let dir = tempfile::tempdir().unwrap();
-    let app = app_for(&receiver, dir.path(), |_| {}).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed?")).await);
+    let (_receiver, _dir, app) = app_with_receiver(|_| {}).await;
+    let (session, _, gate) = app.open_asking("Signed?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    let secret: Secret = INBOUND.parse().unwrap();
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "from the bot"}}).to_string();
-    let signed = |id: &str, timestamp: u64, body: &str| {
-        let signature = sign::sign(&secret, id, timestamp, body.as_bytes());
-        (id.to_owned(), timestamp.to_string(), signature)
-    };
+    let signed = |id: &str, timestamp: u64, body: &str| Signed::new(INBOUND, id, timestamp, body.as_bytes());
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
-    let send = async |(id, ts, sig): (String, String, String), body: &str| {
-        let headers = [
-            ("content-type", "application/json"),
-            ("webhook-id", id.as_str()),
-            ("webhook-timestamp", ts.as_str()),
-            ("webhook-signature", sig.as_str()),
-        ];
-        app.send(reqwest::Method::POST, &path, &headers, Some(body.as_bytes().to_vec())).await
+    let send = async |signed: Signed, body: &str| {
+        app.send(reqwest::Method::POST, &path, &signed.headers(), Some(body.as_bytes().to_vec())).await
     };
 
     send(signed("msg_1", now, "{\"other\":1}"), &body).await.expect_error(401, "unauthorized");
     // The secret that signs notifications cannot sign an answer: a receiver of notifications
     // must not be able to answer gates.
-    let notification = |id: &str| {
-        let sig = sign::sign(&SECRET.parse().unwrap(), id, now, body.as_bytes());
-        (id.to_owned(), now.to_string(), sig)
-    };
+    let notification = |id: &str| Signed::new(SECRET, id, now, body.as_bytes());
     send(notification("msg_n"), &body).await.expect_error(401, "unauthorized");
     // A signed body that names no gate could be replayed onto any gate: refused.
     let unnamed = crate::helpers::answer("from the bot").to_string();
@@ -330,8 +326,7 @@ async fn signed_answers_authenticate_as_webhook() {
     // A redelivery of the same message is the same answer (webhook-id is the idempotency key).
     let again = send(signed("msg_1", now, &body), &body).await.expect(202).json();
     assert_eq!(first, again);
-    let view = app.view(&session, &gate).await;
-    assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
+    assert_answered_by_webhook(&app, &session, &gate).await;
 }
 
 #[tokio::test]
@@ -342,19 +337,12 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     std::fs::write(&tokens, "admin root signed-test-admin-0123456789\n").unwrap();
     let app = app_for(&receiver, dir.path(), |args| args.security.tokens_file = Some(tokens)).await;
     let admin = app.bearer("signed-test-admin-0123456789");
-    let session = uuid();
-    let gate = gate_id(&admin.open(&session, &ask(&uuid(), &uuid(), "Signed, with tokens?")).await);
+    let (session, _, gate) = admin.open_asking("Signed, with tokens?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    let secret: Secret = INBOUND.parse().unwrap();
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
-    let (ts, sig) = (now.to_string(), sign::sign(&secret, "msg_t", now, body.as_bytes()));
-    let signed = [
-        ("content-type", "application/json"),
-        ("webhook-id", "msg_t"),
-        ("webhook-timestamp", ts.as_str()),
-        ("webhook-signature", sig.as_str()),
-    ];
+    let signature = Signed::new(INBOUND, "msg_t", now, body.as_bytes());
+    let signed = signature.headers();
     // Unsigned and uncredentialled: 401. A signature does not open any other route.
     app.post(&path, &json!({"gate_id": gate, "action": "answer", "values": {"answer": "x"}}))
         .await
@@ -372,31 +360,20 @@ async fn with_tokens_a_signature_stands_in_for_a_token_on_answers_only() {
     forged[0] = b' ';
     app.send(reqwest::Method::POST, &path, &signed, Some(forged)).await.expect_error(401, "unauthorized");
     app.send(reqwest::Method::POST, &path, &signed, Some(body.into_bytes())).await.expect(202);
-    let view = admin.view(&session, &gate).await;
-    assert_eq!(view["resolution"]["source"], json!({"kind": "user", "principal": "webhook"}));
+    assert_answered_by_webhook(&admin, &session, &gate).await;
 }
 
 #[tokio::test]
 async fn signed_answers_need_the_inbound_secret() {
-    let receiver = Receiver::start(|_, _| 200).await;
-    let dir = tempfile::tempdir().unwrap();
     // Notifications only: a signed answer has nothing to be verified with.
-    let app = app_for(&receiver, dir.path(), |args| args.webhooks.inbound_secret_file = None).await;
-    let session = uuid();
-    let gate = gate_id(&app.open(&session, &ask(&uuid(), &uuid(), "Signed without an inbound secret?")).await);
+    let (_receiver, _dir, app) = app_with_receiver(|args| args.webhooks.inbound_secret_file = None).await;
+    let (session, _, gate) = app.open_asking("Signed without an inbound secret?").await;
     let body = json!({"gate_id": gate, "action": "answer", "values": {"answer": "bot"}}).to_string();
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
     for secret in [SECRET, INBOUND] {
-        let sig = sign::sign(&secret.parse().unwrap(), "msg_x", now, body.as_bytes());
-        let now = now.to_string();
-        let headers = [
-            ("content-type", "application/json"),
-            ("webhook-id", "msg_x"),
-            ("webhook-timestamp", now.as_str()),
-            ("webhook-signature", sig.as_str()),
-        ];
+        let signed = Signed::new(secret, "msg_x", now, body.as_bytes());
         let path = format!("/v1/sessions/{session}/gates/{gate}");
-        let refused = app.send(reqwest::Method::POST, &path, &headers, Some(body.clone().into_bytes())).await;
+        let refused = app.send(reqwest::Method::POST, &path, &signed.headers(), Some(body.clone().into_bytes())).await;
         let error = refused.expect_error(401, "unauthorized");
         assert!(error["error"]["message"].as_str().unwrap().contains("--inbound-secret-file"), "{error}");
     }
