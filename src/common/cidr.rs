@@ -125,17 +125,25 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// What the tests of the modules that use networks parse their addresses and networks with.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Cidr;
+    use std::net::IpAddr;
+
+    pub(crate) fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    pub(crate) fn cidr(text: &str) -> Cidr {
+        text.parse().unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::{cidr, ip};
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
-
-    fn cidr(text: &str) -> Cidr {
-        text.parse().unwrap()
-    }
 
     #[test]
     fn parses_cidrs() {

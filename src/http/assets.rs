@@ -5,9 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::Route;
 use super::extract::Params;
-use crate::auth::Access;
 use crate::http::error::ApiError;
 
 /// Every embedded file: (name, content type, bytes).
@@ -26,20 +24,16 @@ const FILES: &[(&str, &str, &str)] = &[
 pub(super) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get(Access::Open, "/", page), Route::get(Access::Open, "/static/{name}", file)]
-}
-
 #[derive(Deserialize)]
-struct FilePath {
+pub(super) struct FilePath {
     name: String,
 }
 
-async fn page() -> Response {
+pub(super) async fn page() -> Response {
     serve("index.html").expect("the page is embedded")
 }
 
-async fn file(Params(FilePath { name }): Params<FilePath>) -> Result<Response, ApiError> {
+pub(super) async fn file(Params(FilePath { name }): Params<FilePath>) -> Result<Response, ApiError> {
     serve(&name).ok_or(ApiError::NotFound("no such file"))
 }
 

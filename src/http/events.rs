@@ -11,33 +11,25 @@ use tokio::sync::watch;
 
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink, enduring_frame};
-use super::{AppState, Route, SessionPath};
-use crate::auth::Access;
+use super::{AppState, SessionPath};
 use crate::auth::Caller;
 use crate::domain::SessionId;
 use crate::http::error::ApiError;
 use crate::metrics::Kind;
 use crate::store::JournalRange;
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/events", session_events),
-        Route::get(Access::RESPONDER, "/v1/events", all_events),
-    ]
-}
-
 #[derive(Deserialize)]
-struct StreamParams {
+pub(super) struct StreamParams {
     after: Option<u64>,
 }
 
 #[derive(Deserialize)]
-struct AllParams {
+pub(super) struct AllParams {
     after: Option<u64>,
     session_id: Option<SessionId>,
 }
 
-async fn session_events(
+pub(super) async fn session_events(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     QueryParams(p): QueryParams<StreamParams>,
@@ -48,7 +40,7 @@ async fn session_events(
     start(state, &caller, Some(session_id), cursor).await
 }
 
-async fn all_events(
+pub(super) async fn all_events(
     State(state): State<AppState>,
     QueryParams(p): QueryParams<AllParams>,
     caller: Caller,

@@ -7,8 +7,7 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
-use super::{AppState, Route, SessionPath, json, limit, pages, wait_deadline, wait_until};
-use crate::auth::Access;
+use super::{AppState, SessionPath, json, limit, pages, wait_deadline, wait_until};
 use crate::auth::{Caller, PRINCIPAL_WEBHOOK};
 use crate::domain::{
     Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
@@ -20,27 +19,14 @@ use crate::store::{
     self, AnswerOutcome, Claim, CloseOutcome, GateRecord, Idempotency, ListCursor, ListOrder, ListQuery, OpenOutcome,
 };
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates", open_gate),
-        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates", list_session_gates),
-        Route::get(Access::RESPONDER, "/v1/gates", list_gates),
-        Route::get(Access::RESPONDER, "/v1/gates/{gate_id}", get_gate_by_id),
-        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}", get_gate),
-        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}/wait", wait_gate),
-        Route::post(Access::Answer, "/v1/sessions/{session_id}/gates/{gate_id}", answer_gate),
-        Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates/{gate_id}/close", close_gate),
-    ]
-}
-
 #[derive(Deserialize)]
-struct GatePath {
+pub(super) struct GatePath {
     session_id: SessionId,
     gate_id: GateId,
 }
 
 #[derive(Deserialize)]
-struct GateIdPath {
+pub(super) struct GateIdPath {
     gate_id: GateId,
 }
 
@@ -50,7 +36,7 @@ fn location(view: &GateView) -> HeaderValue {
 }
 
 #[tracing::instrument(skip_all, fields(session_id = %session_id))]
-async fn open_gate(
+pub(super) async fn open_gate(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     JsonBody(body): JsonBody<OpenGateIn>,
@@ -82,7 +68,7 @@ async fn find_in_session(state: &AppState, session: SessionId, gate: GateId) -> 
     state.store.gate(gate).await?.filter(|r| r.view.session_id == session).ok_or(ApiError::GateNotFound)
 }
 
-async fn get_gate(
+pub(super) async fn get_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
 ) -> Result<Response, ApiError> {
@@ -90,7 +76,7 @@ async fn get_gate(
     Ok(json(StatusCode::OK, &record.view))
 }
 
-async fn get_gate_by_id(
+pub(super) async fn get_gate_by_id(
     State(state): State<AppState>,
     Params(GateIdPath { gate_id }): Params<GateIdPath>,
 ) -> Result<Response, ApiError> {
@@ -99,12 +85,12 @@ async fn get_gate_by_id(
 }
 
 #[derive(Deserialize)]
-struct WaitQuery {
+pub(super) struct WaitQuery {
     timeout: Option<u64>,
 }
 
 /// Long-poll until the gate leaves `open`, the timeout passes, or the server shuts down.
-async fn wait_gate(
+pub(super) async fn wait_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
     QueryParams(WaitQuery { timeout }): QueryParams<WaitQuery>,
@@ -136,7 +122,7 @@ struct Accepted {
 /// The exactly-once path (spec §4.5 check order): lookup → idempotency → still open → action →
 /// values → one writer job that claims, journals and enqueues.
 #[tracing::instrument(skip_all, fields(session_id = %session_id, gate_id = %gate_id))]
-async fn answer_gate(
+pub(super) async fn answer_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
     caller: Caller,
@@ -213,7 +199,7 @@ fn accepted_or(gate_id: GateId, outcome: AnswerOutcome) -> Result<Response, ApiE
 }
 
 #[tracing::instrument(skip_all, fields(session_id = %session_id, gate_id = %gate_id))]
-async fn close_gate(
+pub(super) async fn close_gate(
     State(state): State<AppState>,
     Params(GatePath { session_id, gate_id }): Params<GatePath>,
     OptionalJsonBody(body): OptionalJsonBody<CloseIn>,
@@ -229,7 +215,7 @@ async fn close_gate(
 }
 
 #[derive(Deserialize)]
-struct ListParams {
+pub(super) struct ListParams {
     state: Option<String>,
     order: Option<String>,
     limit: Option<u32>,
@@ -321,7 +307,7 @@ async fn list(
     Ok(pages::page(&body, read))
 }
 
-async fn list_session_gates(
+pub(super) async fn list_session_gates(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     QueryParams(params): QueryParams<ListParams>,
@@ -330,7 +316,7 @@ async fn list_session_gates(
     list(state, caller, Some(session_id), params).await
 }
 
-async fn list_gates(
+pub(super) async fn list_gates(
     State(state): State<AppState>,
     QueryParams(params): QueryParams<ListParams>,
     caller: Caller,

@@ -5,20 +5,13 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::extract::{Params, QueryParams};
-use super::{AppState, Route, SessionPath, limit, pages, seq};
-use crate::auth::{Access, Caller};
+use super::{AppState, SessionPath, limit, pages, seq};
+use crate::auth::Caller;
 use crate::domain::SessionId;
 use crate::http::error::ApiError;
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/journal", session_journal),
-        Route::get(Access::RESPONDER, "/v1/journal", global_journal),
-    ]
-}
-
 #[derive(Deserialize)]
-struct PageParams {
+pub(super) struct PageParams {
     from_journal_seq: Option<u64>,
     limit: Option<u32>,
 }
@@ -36,7 +29,7 @@ async fn page(
     Ok(pages::page(&journal, read))
 }
 
-async fn session_journal(
+pub(super) async fn session_journal(
     State(state): State<AppState>,
     Params(SessionPath { session_id }): Params<SessionPath>,
     QueryParams(p): QueryParams<PageParams>,
@@ -45,7 +38,7 @@ async fn session_journal(
     page(state, caller, Some(session_id), p).await
 }
 
-async fn global_journal(
+pub(super) async fn global_journal(
     State(state): State<AppState>,
     QueryParams(p): QueryParams<PageParams>,
     caller: Caller,

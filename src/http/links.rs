@@ -9,23 +9,16 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::AppState;
 use super::extract::{IdempotencyKey, JsonBody, Params};
 use super::gates::answer_record;
-use super::{AppState, Route};
-use crate::auth::{Access, PRINCIPAL_LINK};
+use crate::auth::PRINCIPAL_LINK;
 use crate::domain::{AnswerIn, AnsweredBy, GateState};
 use crate::http::error::ApiError;
 use crate::store::GateRecord;
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::get(Access::Link, "/v1/answers/{token}", confirm_page),
-        Route::post(Access::Link, "/v1/answers/{token}", answer_by_link),
-    ]
-}
-
 #[derive(Deserialize)]
-struct TokenPath {
+pub(super) struct TokenPath {
     token: String,
 }
 
@@ -36,7 +29,7 @@ async fn find(state: &AppState, token: String) -> Result<GateRecord, ApiError> {
     record.ok_or(ApiError::NotFound("no such answer link"))
 }
 
-async fn answer_by_link(
+pub(super) async fn answer_by_link(
     State(state): State<AppState>,
     Params(TokenPath { token }): Params<TokenPath>,
     IdempotencyKey(key): IdempotencyKey,
@@ -70,7 +63,7 @@ fn is_close(resolution: &RawValue) -> bool {
 
 /// A small page: the question and the choices as text (never HTML from the gate), and a script
 /// that posts the chosen answer as JSON to this same URL.
-async fn confirm_page(
+pub(super) async fn confirm_page(
     State(state): State<AppState>,
     Params(TokenPath { token }): Params<TokenPath>,
 ) -> Result<Response, ApiError> {

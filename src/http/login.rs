@@ -7,26 +7,22 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::AppState;
 use super::extract::JsonBody;
 use super::guard::{ClientAddress, throttled};
-use super::{AppState, Route};
-use crate::auth::{Access, Role, cookie};
+use crate::auth::{Role, cookie};
 use crate::http::error::ApiError;
-
-pub(super) fn routes() -> Vec<Route> {
-    vec![Route::post(Access::Open, "/v1/login", login), Route::post(Access::Open, "/v1/logout", logout)]
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LoginIn {
+pub(super) struct LoginIn {
     token: String,
 }
 
 /// 204 with the cookie; 401 for a token that is not in the tokens file (throttled per client
 /// address like every failed credential), 403 for an agent token, which has no use for the page.
 /// Without a tokens file everything is open: 204 and no cookie.
-async fn login(
+pub(super) async fn login(
     State(state): State<AppState>,
     ClientAddress(client): ClientAddress,
     JsonBody(body): JsonBody<LoginIn>,
@@ -57,7 +53,7 @@ async fn login(
 /// 204, and the cookie expired, whoever asks: a login cookie is a signed claim, not a session the
 /// server holds, so there is nothing else to end (changing the token's secret ends every login
 /// made with it).
-async fn logout(State(state): State<AppState>) -> Response {
+pub(super) async fn logout(State(state): State<AppState>) -> Response {
     with_cookie(format!("{}=; {}", state.auth.cookies.name(), state.auth.security.cookie_attributes(0)))
 }
 

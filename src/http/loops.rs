@@ -9,36 +9,28 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{Params, QueryParams};
 use super::sse::{self, BATCH, Sink};
-use super::{AppState, Route, limit, pages, seq, wait_deadline, wait_until};
-use crate::auth::Access;
+use super::{AppState, limit, pages, seq, wait_deadline, wait_until};
 use crate::auth::Caller;
 use crate::domain::{CommandId, InboxEntry, LoopId, SessionId};
 use crate::http::error::ApiError;
 use crate::metrics::Kind;
 use crate::store::InboxQuery;
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::get(Access::AGENT, "/v1/sessions/{session_id}/loops/{loop_id}/commands", list_commands),
-        Route::post(Access::AGENT, "/v1/sessions/{session_id}/loops/{loop_id}/commands/{command_id}/ack", ack_command),
-    ]
-}
-
 #[derive(Deserialize)]
-struct LoopPath {
+pub(super) struct LoopPath {
     session_id: SessionId,
     loop_id: LoopId,
 }
 
 #[derive(Deserialize)]
-struct CommandPath {
+pub(super) struct CommandPath {
     session_id: SessionId,
     loop_id: LoopId,
     command_id: CommandId,
 }
 
 #[derive(Deserialize)]
-struct InboxParams {
+pub(super) struct InboxParams {
     after: Option<u64>,
     limit: Option<u32>,
     wait: Option<u64>,
@@ -54,7 +46,7 @@ struct InboxPage {
 /// Unacked commands after the cursor; with `wait`, long-polls until one qualifies. Without a
 /// cursor a restarted loop gets every unacked command again: that is the redelivery. With
 /// `Accept: text/event-stream` the same rows stream as `event: command` frames.
-async fn list_commands(
+pub(super) async fn list_commands(
     State(state): State<AppState>,
     Params(LoopPath { session_id, loop_id }): Params<LoopPath>,
     QueryParams(p): QueryParams<InboxParams>,
@@ -132,7 +124,7 @@ async fn stream_commands(state: AppState, session: SessionId, loop_id: LoopId, m
 }
 
 /// Idempotent: 204 every time the command is in this inbox.
-async fn ack_command(
+pub(super) async fn ack_command(
     State(state): State<AppState>,
     Params(CommandPath { session_id, loop_id, command_id }): Params<CommandPath>,
 ) -> Result<Response, ApiError> {

@@ -5,8 +5,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{AppState, Route};
-use crate::auth::Access;
+use super::AppState;
 use crate::common::redact::display_url;
 use crate::domain::Timestamp;
 use crate::http::error::ApiError;
@@ -15,16 +14,6 @@ use crate::store::{JournalRange, PageLimit};
 
 /// The contract, embedded so the binary serves it from any directory.
 const OPENAPI: &str = include_str!("../../openapi.yaml");
-
-pub(super) fn routes() -> Vec<Route> {
-    vec![
-        Route::get(Access::Open, "/v1/capabilities", capabilities),
-        Route::get(Access::Open, "/healthz", healthz),
-        Route::get(Access::Open, "/readyz", readyz),
-        Route::get(Access::Open, "/openapi.yaml", openapi),
-        Route::get(Access::ADMIN, "/metrics", metrics),
-    ]
-}
 
 /// The Prometheus text exposition (admins only; open on `--metrics-bind`).
 pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
@@ -71,17 +60,17 @@ fn created_at(event: &str) -> Option<Timestamp> {
 
 /// Deliberately `gatehouse`, not `looprig.serve`: gatehouse serves only the gate subset of that
 /// protocol, so a harness capability probe fails by design.
-async fn capabilities() -> Response {
+pub(super) async fn capabilities() -> Response {
     let features = ["gates", "answers", "idempotency", "wait", "inbox", "journal"];
     axum::Json(json!({"protocol": "gatehouse", "version": 1, "features": features})).into_response()
 }
 
-async fn healthz() -> Response {
+pub(super) async fn healthz() -> Response {
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
 /// Ready while the writer's last write succeeded.
-async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
     if !state.store.is_healthy() {
         Err(ApiError::StorageUnavailable("storage is unhealthy".into()))
     } else if !state.tasks.iter().all(|tasks| tasks.healthy()) {
@@ -91,6 +80,6 @@ async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
     }
 }
 
-async fn openapi() -> Response {
+pub(super) async fn openapi() -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/yaml")], OPENAPI).into_response()
 }

@@ -1,5 +1,6 @@
-//! The HTTP API: one module per resource, each listing its routes; `router` merges them. The
-//! route table is the router's only source, so the OpenAPI drift test can compare the two.
+//! The HTTP API: one module per resource with its handlers, and one route table (`routes`) that
+//! names every route, who may call it and its handler. The table is the router's only source, so
+//! the OpenAPI drift test can compare the two.
 
 mod address_budget;
 mod assets;
@@ -152,22 +153,41 @@ impl Route {
     }
 }
 
-/// Every route of the API.
+/// Every route of the API, who may call it, and the handler that serves it: the route × role
+/// table in one place (the OpenAPI drift test compares it with `openapi.yaml`'s `x-roles`).
 pub fn routes() -> Vec<Route> {
-    [
-        gates::routes(),
-        loops::routes(),
-        events::routes(),
-        journal::routes(),
-        links::routes(),
-        login::routes(),
-        webhooks::routes(),
-        meta::routes(),
-        assets::routes(),
+    vec![
+        Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates", gates::open_gate),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates", gates::list_session_gates),
+        Route::get(Access::RESPONDER, "/v1/gates", gates::list_gates),
+        Route::get(Access::RESPONDER, "/v1/gates/{gate_id}", gates::get_gate_by_id),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}", gates::get_gate),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}/wait", gates::wait_gate),
+        Route::post(Access::Answer, "/v1/sessions/{session_id}/gates/{gate_id}", gates::answer_gate),
+        Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates/{gate_id}/close", gates::close_gate),
+        Route::get(Access::AGENT, "/v1/sessions/{session_id}/loops/{loop_id}/commands", loops::list_commands),
+        Route::post(
+            Access::AGENT,
+            "/v1/sessions/{session_id}/loops/{loop_id}/commands/{command_id}/ack",
+            loops::ack_command,
+        ),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/events", events::session_events),
+        Route::get(Access::RESPONDER, "/v1/events", events::all_events),
+        Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/journal", journal::session_journal),
+        Route::get(Access::RESPONDER, "/v1/journal", journal::global_journal),
+        Route::get(Access::Link, "/v1/answers/{token}", links::confirm_page),
+        Route::post(Access::Link, "/v1/answers/{token}", links::answer_by_link),
+        Route::post(Access::Open, "/v1/login", login::login),
+        Route::post(Access::Open, "/v1/logout", login::logout),
+        Route::get(Access::ADMIN, "/v1/webhooks/deliveries", webhooks::list_deliveries),
+        Route::get(Access::Open, "/v1/capabilities", meta::capabilities),
+        Route::get(Access::Open, "/healthz", meta::healthz),
+        Route::get(Access::Open, "/readyz", meta::readyz),
+        Route::get(Access::Open, "/openapi.yaml", meta::openapi),
+        Route::get(Access::ADMIN, "/metrics", meta::metrics),
+        Route::get(Access::Open, "/", assets::page),
+        Route::get(Access::Open, "/static/{name}", assets::file),
     ]
-    .into_iter()
-    .flatten()
-    .collect()
 }
 
 /// The (method, path template, access) of every route the router serves.

@@ -8,17 +8,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
 use super::extract::QueryParams;
-use super::{AppState, Route, json, limit};
-use crate::auth::Access;
+use super::{AppState, json, limit};
 use crate::http::error::ApiError;
 use crate::store::{Delivery, DeliveryStatus};
 
-pub(super) fn routes() -> Vec<Route> {
-    vec![Route::get(Access::ADMIN, "/v1/webhooks/deliveries", list_deliveries)]
-}
-
 #[derive(Deserialize)]
-struct DeliveryParams {
+pub(super) struct DeliveryParams {
     status: Option<String>,
     limit: Option<u32>,
     after: Option<String>,
@@ -31,7 +26,7 @@ struct DeliveryListing {
     next_after: Option<String>,
 }
 
-async fn list_deliveries(
+pub(super) async fn list_deliveries(
     State(state): State<AppState>,
     QueryParams(p): QueryParams<DeliveryParams>,
 ) -> Result<Response, ApiError> {

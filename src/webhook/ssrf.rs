@@ -306,14 +306,7 @@ mod tests {
     use std::str::FromStr;
 
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
-
-    fn cidr(text: &str) -> Cidr {
-        text.parse().unwrap()
-    }
+    use crate::common::cidr::testing::{cidr, ip};
 
     #[test]
     fn refuses_every_forbidden_range() {
