@@ -108,10 +108,19 @@ pub async fn open_store(args: &ServeArgs, hooks: &Hooks) -> Result<Opened, OpenE
     store::Store::open(store_settings(args, hooks)?, http::enduring_frame).await
 }
 
-/// Raises the open-file limit to the hard limit; refuses a limit that cannot hold
-/// `--max-connections` (plus the descriptors the server needs besides).
-pub fn raise_open_file_limit(args: &ServeArgs) -> Result<u64, ServeError> {
-    Ok(http::raise_open_file_limit(args.max_connections)?)
+/// Raises the open-file limit to the hard limit and fits `--max-connections` and `--max-streams`
+/// to it (`http::fit_connection_caps`): defaults it cannot hold are lowered, with one warning; a
+/// `--max-connections` it cannot hold (plus the descriptors the server needs besides) is refused.
+/// The caps in force are written back into `args`, so that a second call lowers nothing and
+/// warns no more.
+pub fn raise_open_file_limit(args: &mut ServeArgs) -> Result<http::Caps, ServeError> {
+    let caps = http::raise_open_file_limit(args.max_connections, args.max_streams)?;
+    if let Some(warning) = caps.warning() {
+        tracing::warn!("{warning}");
+    }
+    args.max_connections = Some(caps.connections);
+    args.max_streams = Some(caps.streams);
+    Ok(caps)
 }
 
 /// A server that is running: what tests and embedders may look at, and how to wait for its end.
@@ -163,7 +172,7 @@ pub async fn start(
 /// and long-polls end, in-flight requests get a short grace, the background tasks stop, the writer
 /// commits what is queued, and the database is closed. Returns once the server serves.
 pub async fn run(
-    args: ServeArgs,
+    mut args: ServeArgs,
     security: Security,
     opened: Opened,
     listener: TcpListener,
@@ -182,10 +191,13 @@ pub async fn run(
         Stopping { token: token.clone(), store: store.clone(), tasks: [Arc::clone(&tasks), Arc::clone(&store_tasks)] };
     // The listener actually served, not only the flag, must pass the fail-secure bind.
     let address = listener.local_addr()?;
-    if let Err(e) = raise_open_file_limit(&args) {
-        stopping.stop().await;
-        return Err(e);
-    }
+    let caps = match raise_open_file_limit(&mut args) {
+        Ok(caps) => caps,
+        Err(e) => {
+            stopping.stop().await;
+            return Err(e);
+        }
+    };
     if let Err(e) = auth::check_exposure(address, !security.is_open(), &args) {
         stopping.stop().await;
         return Err(e.into());
@@ -229,7 +241,7 @@ pub async fn run(
             max_page_bytes: args.max_page_bytes,
         },
         page_reads: PageReads::new(args.max_page_reads_per_token),
-        streams: Arc::new(Semaphore::new(args.max_streams as usize)),
+        streams: Arc::new(Semaphore::new(caps.streams as usize)),
         shutdown: token.clone(),
         auth: Arc::new(Auth::new(security, store.server_key().expose(), inbound_secret)),
         metrics: Arc::clone(&metrics),
@@ -252,16 +264,16 @@ pub async fn run(
         tracing::info!("shutting down");
         signal.cancel();
     });
-    if args.max_streams > args.max_connections {
+    if caps.streams > caps.connections {
         tracing::warn!(
             "--max-streams ({}) is above --max-connections ({}): every stream is a connection, so connections run \
              out first and streams past them are closed at once instead of getting 503",
-            args.max_streams,
-            args.max_connections
+            caps.streams,
+            caps.connections
         );
     }
     let limits = ConnectionLimits {
-        max_connections: args.max_connections as usize,
+        max_connections: caps.connections as usize,
         max_unauthenticated_per_address: args.max_unauthenticated_per_address as usize,
         read_timeouts: ReadTimeouts { header: args.header_timeout, keep_alive: args.keep_alive_timeout },
         stream_stall: args.stream_stall,

@@ -76,10 +76,11 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: gatehouse::ServeArgs) -> Result<(), String> {
-    // An open-file limit that cannot hold the connection cap is refused before anything else
-    // happens (`run` checks again, for embedders).
-    gatehouse::raise_open_file_limit(&args).map_err(|e| e.to_string())?;
+async fn serve(mut args: gatehouse::ServeArgs) -> Result<(), String> {
+    // The connection caps are fitted to the open-file limit before anything else happens, and an
+    // explicit cap it cannot hold is refused (`run` checks again, for embedders; the caps in
+    // force are in `args` now, so it warns no more).
+    gatehouse::raise_open_file_limit(&mut args).map_err(|e| e.to_string())?;
     // Flags that would expose the server are refused next.
     let security = gatehouse::auth::Security::load(&args).map_err(|e| e.to_string())?;
     // The database first: a second server on the same file is refused for that reason, not for

@@ -21,7 +21,10 @@ mod webhooks;
 pub use connection::ReadTimeouts;
 pub use edge::Edge;
 pub use pages::PageReads;
-pub use server::{ConnectionLimits, OpenFileLimitError, raise_open_file_limit, serve};
+pub use server::{
+    Caps, ConnectionLimits, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STREAMS, OpenFileLimitError, fit_connection_caps,
+    raise_open_file_limit, serve,
+};
 pub use sse::enduring_frame;
 
 use std::sync::Arc;

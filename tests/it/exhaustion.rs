@@ -317,7 +317,7 @@ async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection
 #[tokio::test]
 async fn past_the_connection_cap_new_connections_are_closed_at_once() {
     let app = TestApp::spawn_with(|args| {
-        args.max_connections = 20;
+        args.max_connections = Some(20);
         args.header_timeout = Duration::from_secs(300);
     })
     .await;
@@ -353,6 +353,29 @@ fn a_connection_cap_the_open_file_limit_cannot_hold_refuses_to_start() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("open-file limit"), "{stderr}");
     assert!(stderr.contains("lower --max-connections"), "the message names the flag to lower: {stderr}");
+    assert!(!db.exists(), "refused before the database was created");
+}
+
+#[tokio::test]
+async fn under_a_hard_open_file_limit_of_1024_the_defaults_fit_themselves_but_an_explicit_cap_is_refused() {
+    let (_dir, db) = temp_db();
+    let server = ServerProcess::start_under_open_file_limit(&db, "127.0.0.1:0", 1024, &[]);
+    let lines = server.log_lines();
+    assert!(!lines.iter().any(|line| line.contains("above --max-connections")), "streams fit: {lines:#?}");
+    let warnings: Vec<&String> = lines.iter().filter(|line| line.contains("open-file limit")).collect();
+    assert_eq!(warnings.len(), 1, "one warning says what was lowered: {warnings:#?}");
+    for says in ["WARN", "1024", "ulimit -Hn", "--max-connections 768", "--max-streams 768"] {
+        assert!(warnings[0].contains(says), "{says:?} in {}", warnings[0]);
+    }
+    server.get("/healthz").await.expect(200);
+    drop(server);
+
+    let (_dir, db) = temp_db();
+    let (code, stderr) =
+        ServerProcess::serve_to_exit_under(Some(1024), &db, "127.0.0.1:0", &["--max-connections", "16384"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the open-file limit is 1024"), "{stderr}");
+    assert!(stderr.contains("lower --max-connections (GATEHOUSE_MAX_CONNECTIONS) to at most 768"), "{stderr}");
     assert!(!db.exists(), "refused before the database was created");
 }
 
