@@ -46,9 +46,10 @@ use crate::metrics::Metrics;
 const SEND_BUFFER: usize = 256 * 1024;
 
 /// The largest request head (request line and headers): far above any request of the API, and it
-/// bounds what a client that never finishes its head can make the server hold. A bigger head gets
-/// hyper's `431`.
-const MAX_HEAD_BYTES: usize = 32 * 1024;
+/// bounds what a client that never finishes its head can make the server hold. A bigger head is
+/// refused by hyper, which answers `431`; the connection turns that into a JSON `414 uri_too_long`
+/// when the request line alone did not fit, or a JSON `431 headers_too_large` (`connection`).
+pub(super) const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 /// hyper's read buffer (and its write buffer) per connection: room for the largest head. hyper
 /// grows the read buffer while a body streams in, by default up to about 400 KiB, which a client

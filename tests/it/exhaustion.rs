@@ -379,6 +379,65 @@ async fn under_a_hard_open_file_limit_of_1024_the_defaults_fit_themselves_but_an
     assert!(!db.exists(), "refused before the database was created");
 }
 
+/// Sends `request` (whole, if the server reads it) and reads its one answer until the server
+/// closes the connection.
+async fn refused_head(source: Ipv4Addr, server: SocketAddr, request: &str) -> (RawResponse, serde_json::Value) {
+    let mut tcp = connect_from(source, server).await;
+    // The server may answer and close before it has read all of it.
+    let _ = tcp.write_all(request.as_bytes()).await;
+    let raw = until_closed(&mut tcp).await;
+    let (response, used) = parse_response(&raw).expect("an answer before the close");
+    assert_eq!(used, raw.len(), "one answer, then the close");
+    assert_eq!(response.content_type.as_deref(), Some("application/json"));
+    assert_eq!(response.cache_control.as_deref(), Some("no-store"));
+    let error: serde_json::Value = serde_json::from_slice(&response.body).expect("a JSON body");
+    (response, error)
+}
+
+#[tokio::test]
+async fn a_uri_too_long_gets_414_and_header_fields_too_large_get_431_both_as_json() {
+    let app = TestApp::spawn().await;
+    let addr = server_address(&app.base);
+    let host = Ipv4Addr::new(127, 0, 8, 1);
+
+    // A 100 KB session id.
+    let path = format!("/v1/sessions/{}/gates", "a".repeat(100_000));
+    let (response, error) = refused_head(host, addr, &get(&path, None)).await;
+    assert_eq!(response.status, 414, "{error}");
+    assert_eq!(error["error"]["code"], "uri_too_long", "{error}");
+    assert_eq!(error["error"]["retryable"], false, "{error}");
+    assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains("URI")), "{error}");
+
+    // A normal request line with a 40 KB header field.
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: {}\r\n\r\n", "p".repeat(40_000));
+    let (response, error) = refused_head(host, addr, &request).await;
+    assert_eq!(response.status, 431, "{error}");
+    assert_eq!(error["error"]["code"], "headers_too_large", "{error}");
+    assert_eq!(error["error"]["retryable"], false, "{error}");
+
+    // Heads that fit are not refused, a long URI among them, on a kept-alive connection.
+    let mut tcp = connect_from(host, addr).await;
+    let long = format!("/v1/gates/{}", "a".repeat(20_000));
+    tcp.write_all(get(&long, None).as_bytes()).await.expect("send a long URI that fits");
+    let mut raw = Vec::new();
+    let status = bounded("an answer", async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((response, _)) = parse_response(&raw) {
+                return response.status;
+            }
+            let n = tcp.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed instead of answering");
+            raw.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(status != 414 && status != 431 && status < 500, "{status}");
+    assert_eq!(exchange(&mut tcp, "GET", "/healthz", &get("/healthz", None)).await.status, 200);
+    drop(tcp);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn heads_idle_connections_and_bodies_are_timed_but_streams_are_not() {
     let app = TestApp::spawn_with(|args| {

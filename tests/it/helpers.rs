@@ -413,10 +413,6 @@ impl std::ops::Deref for ServerProcess {
     }
 }
 
-fn binary() -> Command {
-    binary_under(None)
-}
-
 /// The binary, or with `open_files`, `sh` running it under that hard (and soft) open-file limit.
 fn binary_under(open_files: Option<u64>) -> Command {
     let gatehouse = env!("CARGO_BIN_EXE_gatehouse");
