@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{self, Auth, Security};
 use crate::bus::Bus;
 use crate::config::serve::{FlagError, ServeArgs, ServeSettings};
-use crate::http::{self, AppState, ConnectionLimits, Handles, PageReads};
+use crate::http::{self, AppState, Caps, ConnectionLimits, Handles, PageReads};
 use crate::metrics::Metrics;
 use crate::store::postgres::PgBeforeCommit;
 use crate::store::sqlite::BeforeCommit;
@@ -101,14 +101,18 @@ impl Server {
     ) -> Result<Self, ServeError> {
         let mut settings = args.settings()?;
         // What the flags alone can refuse is refused before anything opens: an open-file limit
-        // that cannot hold the connection cap, then flags that would expose the server.
-        http::raise_open_file_limit(settings.http.connections.max_connections)?;
+        // that cannot hold an explicit connection cap (defaults are fitted to it, with one
+        // warning), then flags that would expose the server.
+        let caps = http::raise_open_file_limit(settings.http.connections.max_connections, settings.http.max_streams)?;
+        if let Some(warning) = caps.warning() {
+            tracing::warn!("{warning}");
+        }
         let security = Security::load(&settings.security, settings.bind)?;
         hooks.apply(&mut settings.store);
         let bus = Arc::new(Bus::new(http::enduring_frame));
         let opened = Store::open(settings.store.clone(), Arc::clone(&bus)).await?;
         let stopping = Stopping::new(opened.store.clone());
-        match assemble(settings, security, opened, bus, listen, &stopping).await {
+        match assemble(settings, caps, security, opened, bus, listen, &stopping).await {
             Ok(server) => {
                 let served = server.served;
                 let token = stopping.token.clone();
@@ -151,6 +155,7 @@ impl Server {
 /// served, the timer, webhooks, the metrics listener and the HTTP server.
 async fn assemble(
     settings: ServeSettings,
+    caps: Caps,
     security: Security,
     opened: Opened,
     bus: Arc<Bus>,
@@ -185,7 +190,7 @@ async fn assemble(
         tasks: [Arc::clone(&stopping.tasks), Arc::clone(&stopping.store_tasks)],
         limits: http_settings.limits.clone(),
         page_reads: PageReads::new(http_settings.max_page_reads_per_token),
-        streams: Arc::new(Semaphore::new(http_settings.max_streams as usize)),
+        streams: Arc::new(Semaphore::new(caps.streams as usize)),
         shutdown: token.clone(),
         auth: Arc::new(Auth::new(security, store.server_key().expose(), inbound_secret)),
         metrics: Arc::clone(&metrics),
@@ -197,16 +202,16 @@ async fn assemble(
         Some(tokens) => tracing::info!(tokens = tokens.len(), "tokens file loaded; routes need credentials"),
     }
     tracing::info!("gatehouse listening on http://{address} with {}", store_settings.describe());
-    if http_settings.max_streams > connections.max_connections {
+    if caps.streams > caps.connections {
         tracing::warn!(
             "--max-streams ({}) is above --max-connections ({}): every stream is a connection, so connections run \
              out first and streams past them are closed at once instead of getting 503",
-            http_settings.max_streams,
-            connections.max_connections
+            caps.streams,
+            caps.connections
         );
     }
     let limits = ConnectionLimits {
-        max_connections: connections.max_connections as usize,
+        max_connections: caps.connections as usize,
         max_unauthenticated_per_address: connections.max_unauthenticated_per_address as usize,
         read_timeouts: connections.read_timeouts,
         stream_stall: connections.stream_stall,

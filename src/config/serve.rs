@@ -196,14 +196,17 @@ pub struct HttpArgs {
     #[arg(long, env = "GATEHOUSE_STREAM_STALL", default_value = "60s", value_parser = parse_duration)]
     pub stream_stall: Duration,
 
-    /// Most streams open at once; more get `503 gate_capacity`.
-    #[arg(long, env = "GATEHOUSE_MAX_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-    pub max_streams: u32,
+    /// Most streams open at once (default 10000, or what the open-file limit holds: no more than
+    /// the connections a lowered default --max-connections leaves); more get `503 gate_capacity`.
+    #[arg(long, env = "GATEHOUSE_MAX_STREAMS", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub max_streams: Option<u32>,
 
-    /// Most connections open at once, streams included; past it a new connection is closed at
-    /// once. Each takes a file descriptor: the open-file limit must hold this many plus 256.
-    #[arg(long, env = "GATEHOUSE_MAX_CONNECTIONS", default_value_t = 16_384, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-    pub max_connections: u32,
+    /// Most connections open at once, streams included (default 16384, or what the open-file
+    /// limit holds); past it a new connection is closed at once. Each takes a file descriptor:
+    /// the open-file limit must hold this many plus 256. Left unset, it is lowered to fit a
+    /// lower limit, with a warning; set, a limit that cannot hold it refuses to start.
+    #[arg(long, env = "GATEHOUSE_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub max_connections: Option<u32>,
 
     /// Most connections one client address (an IPv6 /64) may hold before they authenticate: until
     /// a request passes with a token or login cookie (without a tokens file, until a request head

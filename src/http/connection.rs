@@ -18,6 +18,18 @@
 //! `--stream-stall` fails, which makes hyper drop the connection; the client then resumes from
 //! its cursor.
 //!
+//! **Heads too large.** hyper refuses a request head larger than `MAX_HEAD_BYTES` while it is
+//! still arriving, and answers a bare `431` itself (its own `414` is only for a URI of 64 KiB or
+//! more in a head that fits, which this bound never lets through). The socket turns that answer
+//! into the API's JSON error: hyper's head buffer holds exactly the last `MAX_HEAD_BYTES` bytes
+//! read when it refuses (its buffer is no larger), so if none of them ended a line, the request
+//! line alone did not fit: `414 uri_too_long`; else the header fields are what grew too large:
+//! `431 headers_too_large`. hyper stays the one that decides a head is too large (nothing it
+//! accepts is refused here); only the words of its answer change. The connection then closes,
+//! as hyper's would, but after the answer has gone out and the client has had a moment to stop
+//! sending (`LINGER`), so that the unread rest of its request does not reset the connection
+//! under the answer.
+//!
 //! **Authentication.** A connection counts against its client address's budget of
 //! unauthenticated connections (`address_budget::AddressSlot`) until one of its requests passes the route
 //! guard with a token or login cookie (`Authenticate`, marked by a hook behind the guard); in open
@@ -41,8 +53,17 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use super::address_budget::AddressSlot;
+use super::server::MAX_HEAD_BYTES;
 use super::{App, AppFuture};
+use crate::http::error::ApiError;
 use crate::metrics::Metrics;
+
+/// How hyper's own answer to a request head larger than `MAX_HEAD_BYTES` begins.
+const HYPER_431: &[u8] = b"HTTP/1.1 431 ";
+
+/// After answering a head that is too large: how long the rest of the request is read and
+/// dropped before the connection closes.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// How long a connection may wait for what it waits for between requests.
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +132,11 @@ impl Connection {
         }
     }
 
+    /// hyper is handling a request (its head was not refused).
+    fn is_busy(&self) -> bool {
+        matches!(*self.phase(), Phase::Busy)
+    }
+
     fn request_started(&self) {
         *self.phase() = Phase::Busy;
     }
@@ -155,11 +181,107 @@ pub struct ConnectionIo {
     write_pending_since: Option<Pin<Box<Sleep>>>,
     /// Armed while a read waits under a deadline; reset when the deadline moves.
     read_timer: Option<Pin<Box<Sleep>>>,
+    /// Bytes read since the last line feed (saturating): whether the head hyper refuses ended
+    /// its request line.
+    since_line_end: usize,
+    /// The JSON answer sent instead of hyper's `431`, once hyper refused a head.
+    refusal: Option<Refusal>,
+}
+
+/// The answer to a head that is too large, on its way out, then the close.
+struct Refusal {
+    response: Vec<u8>,
+    written: usize,
+    /// The write side is shut (after the whole answer).
+    shut: bool,
+    /// The end of `LINGER`, once the write side is shut.
+    linger: Option<Pin<Box<Sleep>>>,
+}
+
+impl Refusal {
+    /// The answer for a refused head: `414` if its request line did not fit, else `431`.
+    fn new(request_line_fits: bool) -> Self {
+        let error = if request_line_fits {
+            ApiError::HeadersTooLarge(MAX_HEAD_BYTES)
+        } else {
+            ApiError::UriTooLong(MAX_HEAD_BYTES)
+        };
+        tracing::debug!(code = error.code(), "request head too large; closing the connection");
+        let body = error.envelope();
+        let status = error.status();
+        let mut response = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncache-control: no-store\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or_default(),
+            body.len()
+        )
+        .into_bytes();
+        response.extend_from_slice(&body);
+        Self { response, written: 0, shut: false, linger: None }
+    }
 }
 
 impl ConnectionIo {
     pub(super) fn new(io: TcpStream, connection: Arc<Connection>, stall: Duration, metrics: Arc<Metrics>) -> Self {
-        Self { io, connection, stall, metrics, write_pending_since: None, read_timer: None }
+        Self {
+            io,
+            connection,
+            stall,
+            metrics,
+            write_pending_since: None,
+            read_timer: None,
+            since_line_end: 0,
+            refusal: None,
+        }
+    }
+
+    /// Bytes hyper is about to write: if they are its own `431` for a head it refused (no request
+    /// is being handled), they are replaced by the JSON answer (see the module's doc). Returns
+    /// whether they were.
+    fn replaces(&mut self, first: &[u8]) -> bool {
+        if self.refusal.is_none() && first.starts_with(HYPER_431) && !self.connection.is_busy() {
+            self.refusal = Some(Refusal::new(self.since_line_end < MAX_HEAD_BYTES));
+        }
+        self.refusal.is_some()
+    }
+
+    /// Writes what is left of the answer to a refused head.
+    fn poll_refusal(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let Some(refusal) = &self.refusal else { return Poll::Ready(Ok(())) };
+            if refusal.written == refusal.response.len() {
+                return Poll::Ready(Ok(()));
+            }
+            let polled = Pin::new(&mut self.io).poll_write(cx, &refusal.response[refusal.written..]);
+            let written = ready!(self.guard_write(cx, polled))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            if let Some(refusal) = &mut self.refusal {
+                refusal.written += written;
+            }
+        }
+    }
+
+    /// After the answer to a refused head: shut the write side, then read and drop what the
+    /// client still sends until it closes, or `LINGER` has passed.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_refusal(cx))?;
+        let Some(refusal) = &mut self.refusal else { return Poll::Ready(Ok(())) };
+        if !refusal.shut {
+            ready!(Pin::new(&mut self.io).poll_shutdown(cx))?;
+            refusal.shut = true;
+        }
+        let linger = refusal.linger.get_or_insert_with(|| Box::pin(tokio::time::sleep(LINGER)));
+        let mut scratch = [0u8; 4096];
+        loop {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {}
+                Poll::Ready(_) => return Poll::Ready(Ok(())),
+                Poll::Pending => return linger.as_mut().poll(cx).map(Ok),
+            }
+        }
     }
 
     /// A read found nothing: it waits, unless the connection's read deadline has passed.
@@ -233,7 +355,12 @@ impl AsyncRead for ConnectionIo {
         let before = buf.filled().len();
         match Pin::new(&mut self.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
+                let read = &buf.filled()[before..];
+                if !read.is_empty() {
+                    self.since_line_end = match memchr::memrchr(b'\n', read) {
+                        Some(at) => read.len() - at - 1,
+                        None => self.since_line_end.saturating_add(read.len()),
+                    };
                     self.connection.bytes_arrived();
                 }
                 Poll::Ready(Ok(()))
@@ -246,6 +373,11 @@ impl AsyncRead for ConnectionIo {
 
 impl AsyncWrite for ConnectionIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.replaces(buf) {
+            // hyper's bytes count as written; the answer goes out in their place.
+            ready!(self.poll_refusal(cx))?;
+            return Poll::Ready(Ok(buf.len()));
+        }
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
         self.guard_write(cx, polled)
     }
@@ -255,6 +387,11 @@ impl AsyncWrite for ConnectionIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let first = bufs.iter().find(|buf| !buf.is_empty()).map_or(&[][..], |buf| &buf[..]);
+        if self.replaces(first) {
+            ready!(self.poll_refusal(cx))?;
+            return Poll::Ready(Ok(bufs.iter().map(|buf| buf.len()).sum()));
+        }
         let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         self.guard_write(cx, polled)
     }
@@ -264,11 +401,15 @@ impl AsyncWrite for ConnectionIo {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_refusal(cx))?;
         let polled = Pin::new(&mut self.io).poll_flush(cx);
         self.guard_write(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.refusal.is_some() {
+            return self.poll_linger(cx);
+        }
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }

@@ -48,6 +48,14 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("the request body must be application/json")]
     UnsupportedMediaType,
+    /// Its request line does not fit in the request head's bound (in bytes); answered by the
+    /// connection itself, which then closes (`http::connection`).
+    #[error("the request line (its URI) is longer than the {0} bytes a request head may have")]
+    UriTooLong(usize),
+    /// Its head (request line and header fields) is larger than this many bytes; answered by
+    /// the connection itself, which then closes.
+    #[error("the request head (its header fields) is larger than {0} bytes")]
+    HeadersTooLarge(usize),
     /// The body did not arrive in time; the connection is closed after this answer.
     #[error("{0}")]
     RequestTimeout(String),
@@ -88,6 +96,8 @@ impl ApiError {
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::UriTooLong(_) => "uri_too_long",
+            Self::HeadersTooLarge(_) => "headers_too_large",
             Self::RequestTimeout(_) => "request_timeout",
             Self::RateLimited { .. } => "rate_limited",
             Self::GateCapacity(_) => "gate_capacity",
@@ -114,6 +124,8 @@ impl ApiError {
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::GateCapacity(_) | Self::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(..) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -167,9 +179,10 @@ struct Body<'a> {
     gate: Option<&'a GateView>,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let fields = match &self {
+impl ApiError {
+    /// The JSON envelope of this error, as its response body.
+    pub fn envelope(&self) -> Vec<u8> {
+        let fields = match self {
             Self::InvalidBody { fields, .. } | Self::GateActionInvalid(fields) | Self::GateValuesInvalid(fields) => {
                 fields.as_slice()
             }
@@ -181,17 +194,23 @@ impl IntoResponse for ApiError {
                 message: self.to_string(),
                 retryable: self.retryable(),
                 fields,
-                resolution: match &self {
+                resolution: match self {
                     Self::GateNotReady(resolution) => Some(resolution),
                     _ => None,
                 },
-                gate: match &self {
+                gate: match self {
                     Self::GateConflict(view) => Some(view),
                     _ => None,
                 },
             },
         };
-        let json = serde_json::to_vec(&body).expect("error envelopes serialise");
+        serde_json::to_vec(&body).expect("error envelopes serialise")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let json = self.envelope();
         let mut response = (self.status(), json).into_response();
         let cause = match &self {
             Self::Internal(cause, at) => Some(format!("{cause} (at {at})")),

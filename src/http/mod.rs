@@ -25,7 +25,10 @@ mod webhooks;
 pub use connection::ReadTimeouts;
 pub use edge::Edge;
 pub use pages::PageReads;
-pub use server::{ConnectionLimits, ConnectionSettings, OpenFileLimitError, raise_open_file_limit, serve};
+pub use server::{
+    Caps, ConnectionLimits, ConnectionSettings, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STREAMS, OpenFileLimitError,
+    fit_connection_caps, raise_open_file_limit, serve,
+};
 pub use sse::enduring_frame;
 
 use std::sync::Arc;
@@ -55,8 +58,8 @@ use guard::RouteTemplate;
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
     pub limits: Limits,
-    /// `--max-streams`.
-    pub max_streams: u32,
+    /// `--max-streams`, if given (its default fits the open-file limit: `fit_connection_caps`).
+    pub max_streams: Option<u32>,
     /// `--max-page-reads-per-token`.
     pub max_page_reads_per_token: u32,
     pub connections: ConnectionSettings,

@@ -7,8 +7,11 @@
 //!   connections are closed the same way. Clients that authenticate, and other addresses, are
 //!   not held up by one address's half-open connections. A `--trusted-proxy` is not counted: it
 //!   carries the connections of many clients.
-//! - The open-file limit is raised to its hard limit at start, and a limit that cannot hold the
-//!   connection cap refuses to start (`raise_open_file_limit`).
+//! - The open-file limit is raised to its hard limit at start (`raise_open_file_limit`), and the
+//!   caps are fitted to it (`fit_connection_caps`): left at their defaults, `--max-connections`
+//!   becomes what the limit holds beside the reserve (and `--max-streams` no more than that), with
+//!   one warning; a `--max-connections` the operator set that the limit cannot hold refuses to
+//!   start.
 //! - Shutdown stops accepting, lets every connection finish the request it is in (streams and
 //!   long-polls end on the shutdown token), and closes what is still open after the grace.
 //!
@@ -41,9 +44,10 @@ use crate::metrics::Metrics;
 const SEND_BUFFER: usize = 256 * 1024;
 
 /// The largest request head (request line and headers): far above any request of the API, and it
-/// bounds what a client that never finishes its head can make the server hold. A bigger head gets
-/// hyper's `431`.
-const MAX_HEAD_BYTES: usize = 32 * 1024;
+/// bounds what a client that never finishes its head can make the server hold. A bigger head is
+/// refused by hyper, which answers `431`; the connection turns that into a JSON `414 uri_too_long`
+/// when the request line alone did not fit, or a JSON `431 headers_too_large` (`connection`).
+pub(super) const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 /// hyper's read buffer (and its write buffer) per connection: room for the largest head. hyper
 /// grows the read buffer while a body streams in, by default up to about 400 KiB, which a client
@@ -62,8 +66,8 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// The connection flags, checked (`config::HttpArgs::settings`).
 #[derive(Debug, Clone)]
 pub struct ConnectionSettings {
-    /// `--max-connections`.
-    pub max_connections: u32,
+    /// `--max-connections`, if given (its default fits the open-file limit).
+    pub max_connections: Option<u32>,
     /// `--max-unauthenticated-per-address`.
     pub max_unauthenticated_per_address: u32,
     /// `--header-timeout`, `--keep-alive-timeout`.
@@ -91,8 +95,14 @@ pub struct ConnectionLimits {
     pub metrics: Arc<Metrics>,
 }
 
+/// `--max-connections` when the operator sets none and the open-file limit holds it.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
+
+/// `--max-streams` when the operator sets none and the connection cap holds it.
+pub const DEFAULT_MAX_STREAMS: u32 = 10_000;
+
 /// Why `serve` will not start with this open-file limit.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the open-file limit is {limit} (the hard limit, `ulimit -Hn`), too low for --max-connections {connections} \
      plus {RESERVED_FILES} descriptors for the database, the listener and webhooks: lower --max-connections \
@@ -104,9 +114,77 @@ pub struct OpenFileLimitError {
     most: u64,
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit and checks that it holds `max_connections`
-/// connections beside the reserve. Returns the limit now in force.
-pub fn raise_open_file_limit(max_connections: u32) -> Result<u64, OpenFileLimitError> {
+/// The connection caps in force, fitted to an open-file limit (`fit_connection_caps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// The open-file limit they were fitted to.
+    pub limit: u64,
+    /// `--max-connections` in force.
+    pub connections: u32,
+    /// `--max-streams` in force.
+    pub streams: u32,
+    /// A default was lowered to fit the limit.
+    pub lowered: bool,
+}
+
+impl Caps {
+    /// The one warning to log when defaults were lowered: what, why and how to raise the limit.
+    pub fn warning(&self) -> Option<String> {
+        self.lowered.then(|| {
+            let needed = u64::from(DEFAULT_MAX_CONNECTIONS) + RESERVED_FILES;
+            format!(
+                "the open-file limit is {limit} (the hard limit, `ulimit -Hn`), too low for the default \
+                 --max-connections {DEFAULT_MAX_CONNECTIONS} plus {RESERVED_FILES} descriptors for the database, the \
+                 listener and webhooks: serving with --max-connections {connections} and --max-streams {streams} \
+                 instead; for the defaults raise the hard limit to at least {needed} (`ulimit -Hn {needed}`, \
+                 LimitNOFILE= under systemd, --ulimit nofile= under Docker), or set --max-connections \
+                 (GATEHOUSE_MAX_CONNECTIONS) yourself",
+                limit = self.limit,
+                connections = self.connections,
+                streams = self.streams,
+            )
+        })
+    }
+}
+
+/// Fits the connection caps to the open-file `limit`, keeping `RESERVED_FILES` beside the
+/// connections. `None` is a cap the operator did not set: `--max-connections` then becomes
+/// `DEFAULT_MAX_CONNECTIONS` or what the limit holds, whichever is less (at least 1), and a
+/// default `--max-streams` beside it no more than those connections. A `--max-connections` the operator set
+/// is kept, or refused when the limit cannot hold it; a `--max-streams` the operator set is kept.
+pub fn fit_connection_caps(
+    limit: u64,
+    connections: Option<u32>,
+    streams: Option<u32>,
+) -> Result<Caps, OpenFileLimitError> {
+    let most = limit.saturating_sub(RESERVED_FILES);
+    let (connections, connections_lowered) = match connections {
+        Some(connections) if u64::from(connections) > most => {
+            return Err(OpenFileLimitError { limit, connections, most });
+        }
+        Some(connections) => (connections, false),
+        None => {
+            let fits = u32::try_from(most).unwrap_or(u32::MAX).clamp(1, DEFAULT_MAX_CONNECTIONS);
+            (fits, fits < DEFAULT_MAX_CONNECTIONS)
+        }
+    };
+    let (streams, streams_lowered) = match streams {
+        Some(streams) => (streams, false),
+        // Only beside a lowered default: a --max-connections the operator chose below the default
+        // streams keeps them (and `run`'s warning that connections run out first).
+        None if connections_lowered => {
+            let fits = DEFAULT_MAX_STREAMS.min(connections);
+            (fits, fits < DEFAULT_MAX_STREAMS)
+        }
+        None => (DEFAULT_MAX_STREAMS, false),
+    };
+    let lowered = connections_lowered || streams_lowered;
+    Ok(Caps { limit, connections, streams, lowered })
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and fits the connection caps to the limit
+/// now in force (`fit_connection_caps`).
+pub fn raise_open_file_limit(connections: Option<u32>, streams: Option<u32>) -> Result<Caps, OpenFileLimitError> {
     let limit = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
         Err(e) => {
@@ -114,14 +192,7 @@ pub fn raise_open_file_limit(max_connections: u32) -> Result<u64, OpenFileLimitE
             rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(u64::MAX, |(soft, _)| soft)
         }
     };
-    if u64::from(max_connections) + RESERVED_FILES > limit {
-        return Err(OpenFileLimitError {
-            limit,
-            connections: max_connections,
-            most: limit.saturating_sub(RESERVED_FILES),
-        });
-    }
-    Ok(limit)
+    fit_connection_caps(limit, connections, streams)
 }
 
 /// Serves `app` on `listener` until `shutdown` is cancelled, then drains: no new connections,
@@ -266,5 +337,50 @@ impl Refusals {
                  {REFUSAL_LOG_EVERY:?})"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ample_open_file_limit_keeps_the_defaults_without_a_warning() {
+        let caps = fit_connection_caps(1 << 20, None, None).unwrap();
+        assert_eq!((caps.connections, caps.streams), (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STREAMS));
+        assert_eq!(caps.warning(), None);
+        let exact = u64::from(DEFAULT_MAX_CONNECTIONS) + RESERVED_FILES;
+        assert_eq!(fit_connection_caps(exact, None, None).unwrap().connections, DEFAULT_MAX_CONNECTIONS);
+        assert!(!fit_connection_caps(exact, None, None).unwrap().lowered);
+    }
+
+    #[test]
+    fn a_low_open_file_limit_lowers_the_defaults_with_a_warning() {
+        let caps = fit_connection_caps(1024, None, None).unwrap();
+        assert_eq!(caps.connections, 768);
+        assert!(caps.streams <= caps.connections, "{caps:?}");
+        let warning = caps.warning().expect("lowered defaults are told");
+        for says in ["1024", "ulimit -Hn", "--max-connections 768", "--max-streams 768", "16640"] {
+            assert!(warning.contains(says), "{says:?} in {warning}");
+        }
+        // A limit that holds the default connections but not the reserve lowers them only.
+        let caps = fit_connection_caps(12_256, None, None).unwrap();
+        assert_eq!((caps.connections, caps.streams, caps.lowered), (12_000, DEFAULT_MAX_STREAMS, true));
+        // Streams the operator set are kept, whatever the connections became.
+        assert_eq!(fit_connection_caps(1024, None, Some(5000)).unwrap().streams, 5000);
+        // A limit below the reserve still leaves one connection.
+        assert_eq!(fit_connection_caps(100, None, None).unwrap().connections, 1);
+    }
+
+    #[test]
+    fn an_explicit_connection_cap_is_kept_or_refused() {
+        let refused = fit_connection_caps(1024, Some(DEFAULT_MAX_CONNECTIONS), None).unwrap_err();
+        assert_eq!(refused, OpenFileLimitError { limit: 1024, connections: DEFAULT_MAX_CONNECTIONS, most: 768 });
+        let message = refused.to_string();
+        assert!(message.contains("lower --max-connections") && message.contains("at most 768"), "{message}");
+        let caps = fit_connection_caps(1024, Some(768), None).unwrap();
+        assert_eq!((caps.connections, caps.streams, caps.warning()), (768, DEFAULT_MAX_STREAMS, None));
+        let caps = fit_connection_caps(1024, Some(500), Some(20)).unwrap();
+        assert_eq!((caps.connections, caps.streams, caps.lowered), (500, 20, false));
     }
 }

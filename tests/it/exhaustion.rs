@@ -16,7 +16,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 
 use crate::contract;
-use crate::helpers::{EventStream, ServerProcess, Signed, TestApp, ask, bounded, check_no_store, temp_db, uuid};
+use crate::helpers::{EventStream, ServerProcess, TestApp, ask, bounded, check_no_store, temp_db, uuid};
 
 /// The documented bound (README "Reliability"): 1,100 unfinished heads and 200 unfinished login
 /// bodies add at most this much RSS at the default caps.
@@ -34,18 +34,6 @@ fn tokens_file(db: &Path) -> PathBuf {
 
 fn server_address(base: &str) -> SocketAddr {
     base.trim_start_matches("http://").parse().expect("a loopback address")
-}
-
-/// A server in this process with the connection limit `limit` sets, and its address; a silent
-/// connection is not timed out for five minutes, so only that limit closes one here.
-async fn patient_server(limit: impl FnOnce(&mut gatehouse::ServeArgs)) -> (TestApp, SocketAddr) {
-    let app = TestApp::spawn_with(|args| {
-        limit(args);
-        args.http.header_timeout = Duration::from_secs(300);
-    })
-    .await;
-    let addr = server_address(&app.base);
-    (app, addr)
 }
 
 /// A TCP connection to `server` from the loopback address `source`.
@@ -302,7 +290,12 @@ async fn one_address_holds_a_bounded_number_of_connections_until_they_authentica
 
 #[tokio::test]
 async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection() {
-    let (app, addr) = patient_server(|args| args.http.max_unauthenticated_per_address = 3).await;
+    let app = TestApp::spawn_with(|args| {
+        args.http.max_unauthenticated_per_address = 3;
+        args.http.header_timeout = Duration::from_secs(300);
+    })
+    .await;
+    let addr = server_address(&app.base);
     let client = Ipv4Addr::new(127, 0, 5, 1);
     // Three connections that each made a request no longer count…
     let mut served = Vec::new();
@@ -323,7 +316,12 @@ async fn in_open_mode_a_complete_request_head_is_what_authenticates_a_connection
 
 #[tokio::test]
 async fn past_the_connection_cap_new_connections_are_closed_at_once() {
-    let (app, addr) = patient_server(|args| args.http.max_connections = 20).await;
+    let app = TestApp::spawn_with(|args| {
+        args.http.max_connections = Some(20);
+        args.http.header_timeout = Duration::from_secs(300);
+    })
+    .await;
+    let addr = server_address(&app.base);
     let mut open = Vec::new();
     for host in 1..=4 {
         open.extend(connections_from(Ipv4Addr::new(127, 0, 6, host), addr, 5, b"").await);
@@ -356,6 +354,88 @@ fn a_connection_cap_the_open_file_limit_cannot_hold_refuses_to_start() {
     assert!(stderr.contains("open-file limit"), "{stderr}");
     assert!(stderr.contains("lower --max-connections"), "the message names the flag to lower: {stderr}");
     assert!(!db.exists(), "refused before the database was created");
+}
+
+#[tokio::test]
+async fn under_a_hard_open_file_limit_of_1024_the_defaults_fit_themselves_but_an_explicit_cap_is_refused() {
+    let (_dir, db) = temp_db();
+    let server = ServerProcess::start_under_open_file_limit(&db, "127.0.0.1:0", 1024, &[]);
+    let lines = server.log_lines();
+    assert!(!lines.iter().any(|line| line.contains("above --max-connections")), "streams fit: {lines:#?}");
+    let warnings: Vec<&String> = lines.iter().filter(|line| line.contains("open-file limit")).collect();
+    assert_eq!(warnings.len(), 1, "one warning says what was lowered: {warnings:#?}");
+    for says in ["WARN", "1024", "ulimit -Hn", "--max-connections 768", "--max-streams 768"] {
+        assert!(warnings[0].contains(says), "{says:?} in {}", warnings[0]);
+    }
+    server.get("/healthz").await.expect(200);
+    drop(server);
+
+    let (_dir, db) = temp_db();
+    let (code, stderr) =
+        ServerProcess::serve_to_exit_under(Some(1024), &db, "127.0.0.1:0", &["--max-connections", "16384"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the open-file limit is 1024"), "{stderr}");
+    assert!(stderr.contains("lower --max-connections (GATEHOUSE_MAX_CONNECTIONS) to at most 768"), "{stderr}");
+    assert!(!db.exists(), "refused before the database was created");
+}
+
+/// Sends `request` (whole, if the server reads it) and reads its one answer until the server
+/// closes the connection.
+async fn refused_head(source: Ipv4Addr, server: SocketAddr, request: &str) -> (RawResponse, serde_json::Value) {
+    let mut tcp = connect_from(source, server).await;
+    // The server may answer and close before it has read all of it.
+    let _ = tcp.write_all(request.as_bytes()).await;
+    let raw = until_closed(&mut tcp).await;
+    let (response, used) = parse_response(&raw).expect("an answer before the close");
+    assert_eq!(used, raw.len(), "one answer, then the close");
+    assert_eq!(response.content_type.as_deref(), Some("application/json"));
+    assert_eq!(response.cache_control.as_deref(), Some("no-store"));
+    let error: serde_json::Value = serde_json::from_slice(&response.body).expect("a JSON body");
+    (response, error)
+}
+
+#[tokio::test]
+async fn a_uri_too_long_gets_414_and_header_fields_too_large_get_431_both_as_json() {
+    let app = TestApp::spawn().await;
+    let addr = server_address(&app.base);
+    let host = Ipv4Addr::new(127, 0, 8, 1);
+
+    // A 100 KB session id.
+    let path = format!("/v1/sessions/{}/gates", "a".repeat(100_000));
+    let (response, error) = refused_head(host, addr, &get(&path, None)).await;
+    assert_eq!(response.status, 414, "{error}");
+    assert_eq!(error["error"]["code"], "uri_too_long", "{error}");
+    assert_eq!(error["error"]["retryable"], false, "{error}");
+    assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains("URI")), "{error}");
+
+    // A normal request line with a 40 KB header field.
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: {}\r\n\r\n", "p".repeat(40_000));
+    let (response, error) = refused_head(host, addr, &request).await;
+    assert_eq!(response.status, 431, "{error}");
+    assert_eq!(error["error"]["code"], "headers_too_large", "{error}");
+    assert_eq!(error["error"]["retryable"], false, "{error}");
+
+    // Heads that fit are not refused, a long URI among them, on a kept-alive connection.
+    let mut tcp = connect_from(host, addr).await;
+    let long = format!("/v1/gates/{}", "a".repeat(20_000));
+    tcp.write_all(get(&long, None).as_bytes()).await.expect("send a long URI that fits");
+    let mut raw = Vec::new();
+    let status = bounded("an answer", async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((response, _)) = parse_response(&raw) {
+                return response.status;
+            }
+            let n = tcp.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed instead of answering");
+            raw.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert!(status != 414 && status != 431 && status < 500, "{status}");
+    assert_eq!(exchange(&mut tcp, "GET", "/healthz", &get("/healthz", None)).await.status, 200);
+    drop(tcp);
+    app.stop().await;
 }
 
 #[tokio::test]
@@ -456,11 +536,17 @@ async fn requests_without_a_token_may_send_only_small_bodies() {
 
     // A signed answer: refused for its size before its signature is even looked at.
     let now = gatehouse::domain::Timestamp::now().unix_seconds();
-    let signed = Signed::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "msg_big", now, &big(70_000));
+    let secret: gatehouse::common::signature::Secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".parse().unwrap();
+    let signature = gatehouse::common::signature::sign(&secret, "msg_big", now, &big(70_000));
+    let now = now.to_string();
+    let signed = [
+        ("content-type", "application/json"),
+        ("webhook-id", "msg_big"),
+        ("webhook-timestamp", now.as_str()),
+        ("webhook-signature", signature.as_str()),
+    ];
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    app.send(reqwest::Method::POST, &path, &signed.headers(), Some(big(70_000)))
-        .await
-        .expect_error(413, "payload_too_large");
+    app.send(reqwest::Method::POST, &path, &signed, Some(big(70_000))).await.expect_error(413, "payload_too_large");
 
     // With a token, --max-body (1 MiB) applies: a large body is read, and judged on its content.
     let mut long = ask(&uuid(), &uuid(), &"q".repeat(100_000));

@@ -413,8 +413,18 @@ impl std::ops::Deref for ServerProcess {
     }
 }
 
-fn binary() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatehouse"));
+/// The binary, or with `open_files`, `sh` running it under that hard (and soft) open-file limit.
+fn binary_under(open_files: Option<u64>) -> Command {
+    let gatehouse = env!("CARGO_BIN_EXE_gatehouse");
+    let mut cmd = match open_files {
+        None => Command::new(gatehouse),
+        Some(limit) => {
+            let mut sh = Command::new("sh");
+            let script = format!("ulimit -Sn {limit} && ulimit -Hn {limit} && exec \"$0\" \"$@\"");
+            sh.args(["-c", &script, gatehouse]);
+            sh
+        }
+    };
     cmd.env_remove("RUST_LOG").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     cmd
 }
@@ -461,7 +471,25 @@ impl ServerProcess {
     /// Starts `gatehouse serve ARGS…` (the database flags among them) and waits for its listening
     /// line.
     pub fn serve(args: &[String], env: &[(&str, &str)]) -> Self {
-        let mut child = binary().arg("serve").args(args).envs(env.iter().copied()).spawn().expect("start gatehouse");
+        Self::serve_under(None, args, env)
+    }
+
+    /// Starts `gatehouse serve --bind BIND` with more flags under a hard open-file limit of
+    /// `open_files`.
+    pub fn start_under_open_file_limit(db: &Path, bind: &str, open_files: u64, extra: &[&str]) -> Self {
+        let mut args = vec!["--bind".to_owned(), bind.to_owned()];
+        args.extend(database::flags(db));
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Self::serve_under(Some(open_files), &args, &[])
+    }
+
+    fn serve_under(open_files: Option<u64>, args: &[String], env: &[(&str, &str)]) -> Self {
+        let mut child = binary_under(open_files)
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("start gatehouse");
         let stderr = collect_stderr(&mut child);
         let deadline = std::time::Instant::now() + NET_TIMEOUT;
         let mut startup = Vec::new();
@@ -498,16 +526,30 @@ impl ServerProcess {
     /// Runs `gatehouse serve --bind BIND --db DB EXTRA…` to completion (bounded), for servers that
     /// must refuse to start; returns the exit code and stderr.
     pub fn serve_to_exit(db: &Path, bind: &str, extra: &[&str]) -> (Option<i32>, String) {
+        Self::serve_to_exit_under(None, db, bind, extra)
+    }
+
+    /// `serve_to_exit`, with `open_files`, under that hard open-file limit.
+    pub fn serve_to_exit_under(
+        open_files: Option<u64>,
+        db: &Path,
+        bind: &str,
+        extra: &[&str],
+    ) -> (Option<i32>, String) {
         let flags = database::flags(db);
         let mut args: Vec<&std::ffi::OsStr> = vec!["serve".as_ref(), "--bind".as_ref(), bind.as_ref()];
         args.extend(flags.iter().map(std::ffi::OsStr::new));
         args.extend(extra.iter().map(std::ffi::OsStr::new));
-        Self::run_to_exit(&args)
+        Self::run_to_exit_under(open_files, &args)
     }
 
     /// Runs `gatehouse ARGS…` to completion (bounded), returning its exit code and stderr.
     pub fn run_to_exit(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
-        let mut child = binary().args(args).spawn().expect("start gatehouse");
+        Self::run_to_exit_under(None, args)
+    }
+
+    fn run_to_exit_under(open_files: Option<u64>, args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+        let mut child = binary_under(open_files).args(args).spawn().expect("start gatehouse");
         let stderr = collect_stderr(&mut child);
         let code = wait_bounded(&mut child, NET_TIMEOUT).unwrap_or_else(|| {
             let _ = child.kill();

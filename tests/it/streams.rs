@@ -150,7 +150,7 @@ async fn headers_retry_heartbeats_and_reset() {
 
 #[tokio::test]
 async fn the_stream_cap_answers_503_and_frees_slots_on_disconnect() {
-    let app = TestApp::spawn_with(|args| args.http.max_streams = 2).await;
+    let app = TestApp::spawn_with(|args| args.http.max_streams = Some(2)).await;
     let one = EventStream::connect(&app, "/v1/events", &[]).await;
     let _two = EventStream::connect(&app, "/v1/events", &[]).await;
     let refused = app.send(reqwest::Method::GET, "/v1/events", &[("accept", "text/event-stream")], None).await;
