@@ -53,10 +53,15 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use super::address_budget::AddressSlot;
-use super::server::MAX_HEAD_BYTES;
 use super::{App, AppFuture};
 use crate::http::error::ApiError;
 use crate::metrics::Metrics;
+
+/// The largest request head (request line and headers): far above any request of the API, and it
+/// bounds what a client that never finishes its head can make the server hold. A bigger head is
+/// refused by hyper (the accept loop sets its bound), which answers `431`; this module turns that into a JSON `414 uri_too_long`
+/// when the request line alone did not fit, or a JSON `431 headers_too_large` (below).
+pub(super) const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 /// How hyper's own answer to a request head larger than `MAX_HEAD_BYTES` begins.
 const HYPER_431: &[u8] = b"HTTP/1.1 431 ";

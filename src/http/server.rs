@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::App;
 use super::address_budget::AddressBudget;
-use super::connection::{Connection, ConnectionIo, ConnectionService, ReadTimeouts};
+use super::connection::{Connection, ConnectionIo, ConnectionService, MAX_HEAD_BYTES, ReadTimeouts};
 use crate::auth::TrustedProxies;
 use crate::metrics::Metrics;
 
@@ -42,12 +42,6 @@ use crate::metrics::Metrics;
 /// much data; 256 KiB (which Linux doubles to 512 KiB) still lets the largest responses flow at
 /// full speed.
 const SEND_BUFFER: usize = 256 * 1024;
-
-/// The largest request head (request line and headers): far above any request of the API, and it
-/// bounds what a client that never finishes its head can make the server hold. A bigger head is
-/// refused by hyper, which answers `431`; the connection turns that into a JSON `414 uri_too_long`
-/// when the request line alone did not fit, or a JSON `431 headers_too_large` (`connection`).
-pub(super) const MAX_HEAD_BYTES: usize = 32 * 1024;
 
 /// hyper's read buffer (and its write buffer) per connection: room for the largest head. hyper
 /// grows the read buffer while a body streams in, by default up to about 400 KiB, which a client
