@@ -112,33 +112,27 @@ impl Server {
         let bus = Arc::new(Bus::new(http::enduring_frame));
         let opened = Store::open(settings.store.clone(), Arc::clone(&bus)).await?;
         let stopping = Stopping::new(opened.store.clone());
-        match assemble(settings, caps, security, opened, bus, listen, &stopping).await {
-            Ok(server) => {
-                let served = server.served;
-                let token = stopping.token.clone();
-                tokio::spawn(async move {
-                    shutdown.await;
-                    tracing::info!("shutting down");
-                    token.cancel();
-                });
-                Ok(Self {
-                    address: server.address,
-                    bus: server.bus,
-                    armed: server.armed,
-                    served: tokio::spawn(async move {
-                        // Whatever ended the server, the background tasks stop (a webhook request
-                        // in flight is answered first, within the grace), the writer drains and
-                        // the database closes cleanly.
-                        let _ = served.await;
-                        stopping.stop().await;
-                    }),
-                })
-            }
+        let started = assemble(settings, caps, security, opened, Arc::clone(&bus), listen, &stopping).await;
+        let Serving { address, armed, http_server } = match started {
+            Ok(serving) => serving,
             Err(e) => {
                 stopping.stop().await;
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        let token = stopping.token.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!("shutting down");
+            token.cancel();
+        });
+        let served = tokio::spawn(async move {
+            // Whatever ended the server, the background tasks stop (a webhook request in flight
+            // is answered first, within the grace), the writer drains and the database closes.
+            let _ = http_server.await;
+            stopping.stop().await;
+        });
+        Ok(Self { address, bus, armed, served })
     }
 
     /// Waits until the server has stopped (after `shutdown` resolved) and closed its database.
@@ -151,6 +145,14 @@ impl Server {
     }
 }
 
+/// What `assemble` started.
+struct Serving {
+    address: SocketAddr,
+    armed: Arc<Armed>,
+    /// The HTTP server, until it has drained.
+    http_server: tokio::task::JoinHandle<()>,
+}
+
 /// Everything after the store opened: the listener, the fail-secure check of the address really
 /// served, the timer, webhooks, the metrics listener and the HTTP server.
 async fn assemble(
@@ -161,7 +163,7 @@ async fn assemble(
     bus: Arc<Bus>,
     listen: Listen,
     stopping: &Stopping,
-) -> Result<Server, ServeError> {
+) -> Result<Serving, ServeError> {
     let ServeSettings { bind, store: store_settings, http: http_settings, security: _, webhooks } = settings;
     let Opened { store, background, writer_metrics } = opened;
     for task in background {
@@ -234,8 +236,8 @@ async fn assemble(
     // One router for every connection: its handlers became services once, when it got its state
     // (axum's `Router` served per connection would clone the route table, tens of KiB, each time).
     let app = http::router(state);
-    let served = tokio::spawn(http::serve(listener, app, limits, token, SHUTDOWN_GRACE));
-    Ok(Server { address, bus, armed, served })
+    let http_server = tokio::spawn(http::serve(listener, app, limits, token, SHUTDOWN_GRACE));
+    Ok(Serving { address, armed, http_server })
 }
 
 /// How a server stops, whatever ended it: cancel, let the tasks that use the store finish (a

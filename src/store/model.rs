@@ -6,7 +6,11 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::{PageLimit, StoreError};
-use crate::domain::{Answer, AnsweredBy, Gate, GateId, GateState, GateView, LoopId, SessionId, Timestamp};
+use crate::domain::events::to_json;
+use crate::domain::{
+    Answer, AnsweredBy, AskUser, Coordinates, Gate, GateId, GateOpened, GateState, GateView, LoopId, SessionId,
+    Timestamp, UserInputRequested,
+};
 
 /// A gate as stored: its view plus what only the server sees.
 #[derive(Debug, Clone)]
@@ -51,6 +55,32 @@ pub struct Claim {
     pub answer: Answer,
     pub key: Option<Idempotency>,
     pub by: AnsweredBy,
+}
+
+/// What opening a gate writes, made the same way on every backend: the gate, its two events
+/// (`GateOpened`, `UserInputRequested`) and its deadlines, as of one instant.
+pub(crate) struct Opening {
+    pub gate: Gate,
+    pub now: Timestamp,
+    pub opened: String,
+    pub requested: String,
+    /// When its timeout passes, if it has one…
+    pub deadline: Option<Timestamp>,
+    /// …and when the policy answers then, if it has a default answer.
+    pub respond_at: Option<Timestamp>,
+}
+
+impl Opening {
+    pub(crate) fn new(session: SessionId, ask: &AskUser, id: GateId) -> Self {
+        let gate = ask.gate(id);
+        let now = Timestamp::now();
+        let at = Coordinates::of(session, &gate, ask.loop_id);
+        let opened = to_json(&GateOpened::new(at, now, &gate));
+        let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
+        let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
+        let respond_at = deadline.filter(|_| gate.default_answer().is_some());
+        Self { gate, now, opened, requested, deadline, respond_at }
+    }
 }
 
 /// The result of an open.

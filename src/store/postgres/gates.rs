@@ -13,12 +13,12 @@ use super::{classify, json_column, query_page, uuid_column};
 use crate::domain::events::to_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
-    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
+    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateResolved, GateState, GateView, LoopId,
+    ProvideUserInput, SessionId, Timestamp,
 };
 use crate::store::model::{
     AnswerOutcome, Answering, Claim, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListParam, ListQuery,
-    Listing, OpenOutcome, parse_gate, unclaimed,
+    Listing, OpenOutcome, Opening, parse_gate, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
 
@@ -101,13 +101,7 @@ pub async fn open(
         return Ok(OpenOutcome::Capacity);
     }
 
-    let gate = ask.gate(new.id);
-    let now = Timestamp::now();
-    let at = Coordinates::of(session, &gate, ask.loop_id);
-    let opened = to_json(&GateOpened::new(at, now, &gate));
-    let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
-    let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
-    let respond_at = deadline.filter(|_| gate.default_answer().is_some());
+    let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, ask, new.id);
     let envelope = to_json(&gate);
     // Both events and the gate in one statement; the seqs are drawn in order, under the lock.
     let insert = conn

@@ -14,7 +14,7 @@ use crate::domain::{
     LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
 };
 use crate::store::model::{
-    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListParam, ListQuery, Listing, OpenOutcome,
+    AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListParam, ListQuery, Listing, OpenOutcome, Opening,
     parse_gate, unclaimed,
 };
 use crate::store::model::{Answering, GateStats};
@@ -101,15 +101,9 @@ pub fn open(
         return Ok(OpenOutcome::Capacity);
     }
 
-    let gate = ask.gate(new.id);
-    let now = Timestamp::now();
-    let at = Coordinates::of(session, &gate, ask.loop_id);
-    let opened = to_json(&GateOpened::new(at, now, &gate));
+    let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, ask, new.id);
     let opened_seq = journal::append(conn, effects, session, gate.id, GateOpened::TYPE, opened)?;
-    let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
     journal::append(conn, effects, session, gate.id, UserInputRequested::TYPE, requested)?;
-    let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
-    let respond_at = deadline.filter(|_| gate.default_answer().is_some());
     conn.prepare_cached(
         "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at,
                             deadline, respond_at, link_digest)
