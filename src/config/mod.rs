@@ -1,5 +1,6 @@
-//! The command line: `gatehouse serve` and its flags, each with a `GATEHOUSE_*` environment
-//! fallback, the client subcommands (`ask`, `answer`, `gates`, `tail`, `mcp`) and `bench`.
+//! The command line: the subcommands, the flags of the clients (`ask`, `answer`, `gates`, `tail`,
+//! `mcp`) and of `bench`, and the parsers they share. `gatehouse serve`'s flags are in `serve`, one
+//! group per part of the server; every flag has a `GATEHOUSE_*` environment fallback.
 
 use std::fmt;
 use std::net::SocketAddr;

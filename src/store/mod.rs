@@ -29,6 +29,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use serde_json::value::RawValue;
+
 pub use error::{OpenError, Result, StoreError};
 pub use model::{
     AnswerOutcome, Answering, Attempt, Claim, CloseOutcome, Delivery, DeliveryStatus, Endpoint, Expiry, GateRecord,
@@ -44,7 +46,6 @@ use crate::domain::{
     Timestamp,
 };
 use crate::metrics::WriterMetrics;
-use serde_json::value::RawValue;
 
 /// Declares a list of storage operations once. It emits the private trait every backend
 /// implements and, unless the list is marked `by hand`, the façade's public methods, each a
