@@ -19,6 +19,11 @@ const TIMED_OUT: u8 = 3;
 /// How long a signal that arrives while the gate is being opened waits for the open to finish:
 /// the request may have reached the server, and a gate nobody waits for must be withdrawn.
 const OPEN_GRACE: Duration = Duration::from_secs(5);
+/// How soon after a stop signal the same signal again is taken for an echo of it, not for a
+/// person insisting: GNU `timeout` signals the command and then its whole process group, so a
+/// `timeout 5 gatehouse ask …` gets its SIGTERM twice, and a terminal's Ctrl-C reaches every
+/// process of the foreground group.
+const ECHO: Duration = Duration::from_millis(250);
 /// How much of the question the "waiting" line quotes.
 const QUOTED_CHARS: usize = 80;
 
@@ -61,7 +66,7 @@ pub async fn run(args: AskArgs) -> ExitCode {
             // a second signal insists) so the gate it made can be withdrawn.
             let finished = tokio::select! {
                 finished = tokio::time::timeout(OPEN_GRACE, &mut opening) => finished.ok(),
-                _ = signals.recv() => None,
+                _ = signals.insisting(stop) => None,
             };
             match finished {
                 Some(Ok(view)) => self::stop(&asked(gate_of(&view)), stop, &mut signals).await,
@@ -160,12 +165,12 @@ fn print_json(mut view: Value, gate: &str) {
     if std::io::stdout().is_terminal() { say(&escape_json(&json)) } else { say(&json) }
 }
 
-/// A stop signal came: withdraw the gate, and say so. A second signal gives up at once (the
-/// withdrawal may be retrying against a server that is down).
+/// A stop signal came: withdraw the gate, and say so. A second signal (not an echo of the first)
+/// gives up at once (the withdrawal may be retrying against a server that is down).
 async fn stop(asked: &Asked, stop: Stop, signals: &mut StopSignals) {
     let withdrawn = tokio::select! {
         withdrawn = asked.withdraw() => withdrawn,
-        again = signals.recv() => Err(format!("{} again", again.name())),
+        again = signals.insisting(stop) => Err(format!("{} again", again.name())),
     };
     match withdrawn {
         Ok(()) => eprintln!("gatehouse ask: {}; gate {} withdrawn", stop.name(), asked.gate),
@@ -176,7 +181,7 @@ async fn stop(asked: &Asked, stop: Stop, signals: &mut StopSignals) {
 }
 
 /// A signal that stops an `ask`, after it has withdrawn its gate.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     Interrupt,
     Terminate,
@@ -238,6 +243,18 @@ impl StopSignals {
             Some(()) = self.hang_up.recv() => Stop::HangUp,
             // Only if the runtime's signal driver is gone: nothing will come.
             else => std::future::pending().await,
+        }
+    }
+
+    /// The next signal that insists after `first`: another signal, or `first` again once `ECHO`
+    /// has passed (sooner, it is the same stop delivered twice).
+    async fn insisting(&mut self, first: Stop) -> Stop {
+        let since = tokio::time::Instant::now();
+        loop {
+            let next = self.recv().await;
+            if next != first || since.elapsed() >= ECHO {
+                return next;
+            }
         }
     }
 

@@ -1,8 +1,11 @@
 //! The client subcommands: the real binary against a real server.
 
 use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use gatehouse::store::sqlite::PendingCommit;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
@@ -147,6 +150,47 @@ async fn sigint_sigterm_and_sighup_withdraw_the_gate_and_exit_128_plus_the_signa
             (Some("closed"), Some("abandoned"))
         );
     }
+}
+
+/// GNU `timeout` sends its SIGTERM to the command and again to the command's process group: the
+/// second copy, a moment later, is the same stop, not a person insisting, so the gate is still
+/// withdrawn (before, a copy that landed during the withdrawal gave it up).
+#[tokio::test]
+async fn a_stop_signal_delivered_twice_still_withdraws_the_gate() {
+    // Once armed, every commit takes 300 ms, so the second copy lands while the close is on its
+    // way to the disk.
+    let slow = Arc::new(AtomicBool::new(false));
+    let (sqlite, postgres) = (Arc::clone(&slow), Arc::clone(&slow));
+    let hooks = gatehouse::Hooks {
+        before_commit: Some(Arc::new(move |_: &PendingCommit<'_>| {
+            if sqlite.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })),
+        pg_before_commit: Some(Arc::new(move |_jobs| {
+            let slow = postgres.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if slow {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            })
+        })),
+    };
+    let app = TestApp::spawn_hooked(hooks, |_| {}).await;
+    let session = uuid();
+    let asking = gatehouse(&app.base, &["ask", "Stop me twice", "--session", &session]).spawn().unwrap();
+    let gate = gate_id(&opened_in(&app, &session).await);
+    app.parked_on_gate(&gate, 1).await;
+    slow.store(true, Ordering::SeqCst);
+    let pid = asking.id().expect("running").to_string();
+    let script = r#"kill -TERM "$1"; sleep 0.05; kill -TERM "$1""#;
+    let sent = Command::new("sh").args(["-c", script, "sh", &pid]).status().await.unwrap();
+    assert!(sent.success(), "both copies reached the running ask");
+    let asked = finish(asking).await;
+    assert_eq!(asked.status.code(), Some(143), "{}", text(&asked.stderr));
+    assert!(text(&asked.stderr).contains("withdrawn"), "{}", text(&asked.stderr));
+    let view = app.view(&session, &gate).await;
+    assert_eq!((view["state"].as_str(), view["resolution"]["reason"].as_str()), (Some("closed"), Some("abandoned")));
 }
 
 #[tokio::test]
