@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{self, Auth, Security};
 use crate::bus::Bus;
 use crate::config::serve::{FlagError, ServeArgs, ServeSettings};
-use crate::http::{self, AppState, Caps, ConnectionLimits, Handles, PageReads};
+use crate::http::{self, AppState, Caps, ConnectionLimits, Handles, HttpSettings, PageReads};
 use crate::metrics::Metrics;
 use crate::store::postgres::PgBeforeCommit;
 use crate::store::sqlite::BeforeCommit;
@@ -22,6 +22,7 @@ use crate::store::{OpenError, Opened, Store, StoreError, StoreSettings};
 use crate::supervise::Supervisor;
 use crate::timer::{self, Armed};
 use crate::webhook;
+use crate::webhook::WebhookSettings;
 
 /// Why a server did not start, or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -99,20 +100,22 @@ impl Server {
         listen: Listen,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, ServeError> {
-        let mut settings = args.settings()?;
+        let ServeSettings { bind, mut store, http: http_settings, security, webhooks } = args.settings()?;
         // What the flags alone can refuse is refused before anything opens: an open-file limit
         // that cannot hold an explicit connection cap (defaults are fitted to it, with one
         // warning), then flags that would expose the server.
-        let caps = http::raise_open_file_limit(settings.http.connections.max_connections, settings.http.max_streams)?;
+        let connections = &http_settings.connections;
+        let caps = http::raise_open_file_limit(connections.max_connections, http_settings.max_streams)?;
         if let Some(warning) = caps.warning() {
             tracing::warn!("{warning}");
         }
-        let security = Security::load(&settings.security, settings.bind)?;
-        hooks.apply(&mut settings.store);
+        let security = Security::load(&security, bind)?;
+        hooks.apply(&mut store);
+        let plan = Plan { bind, database: store.describe(), http: http_settings, webhooks, caps, security };
         let bus = Arc::new(Bus::new(http::enduring_frame));
-        let opened = Store::open(settings.store.clone(), Arc::clone(&bus)).await?;
+        let opened = Store::open(store, Arc::clone(&bus)).await?;
         let stopping = Stopping::new(opened.store.clone());
-        let started = assemble(settings, caps, security, opened, Arc::clone(&bus), listen, &stopping).await;
+        let started = assemble(plan, opened, Arc::clone(&bus), listen, &stopping).await;
         let Serving { address, armed, http_server } = match started {
             Ok(serving) => serving,
             Err(e) => {
@@ -145,6 +148,17 @@ impl Server {
     }
 }
 
+/// What the server is to be, once the flags are checked and the store is about to open.
+struct Plan {
+    bind: SocketAddr,
+    /// The database in words, for the start-up line.
+    database: String,
+    http: HttpSettings,
+    webhooks: WebhookSettings,
+    caps: Caps,
+    security: Security,
+}
+
 /// What `assemble` started.
 struct Serving {
     address: SocketAddr,
@@ -156,15 +170,13 @@ struct Serving {
 /// Everything after the store opened: the listener, the fail-secure check of the address really
 /// served, the timer, webhooks, the metrics listener and the HTTP server.
 async fn assemble(
-    settings: ServeSettings,
-    caps: Caps,
-    security: Security,
+    plan: Plan,
     opened: Opened,
     bus: Arc<Bus>,
     listen: Listen,
     stopping: &Stopping,
 ) -> Result<Serving, ServeError> {
-    let ServeSettings { bind, store: store_settings, http: http_settings, security: _, webhooks } = settings;
+    let Plan { bind, database, http: http_settings, webhooks, caps, security } = plan;
     let Opened { store, background, writer_metrics } = opened;
     for task in background {
         stopping.store_tasks.spawn(task.name, task.task);
@@ -177,7 +189,7 @@ async fn assemble(
     };
     // The listener actually served, not only the flag, must pass the fail-secure bind.
     let address = listener.local_addr()?;
-    auth::check_exposure(address, !security.is_open(), security.settings())?;
+    security.check_exposure(address)?;
     // Overdue gates are answered before the first request is served.
     let (armed, timer) =
         timer::start(&store, &bus, Arc::clone(&metrics), token.clone()).await.map_err(ServeError::Deadlines)?;
@@ -203,7 +215,7 @@ async fn assemble(
         None => tracing::info!("no --tokens-file: every route is open (loopback only)"),
         Some(tokens) => tracing::info!(tokens = tokens.len(), "tokens file loaded; routes need credentials"),
     }
-    tracing::info!("gatehouse listening on http://{address} with {}", store_settings.describe());
+    tracing::info!("gatehouse listening on http://{address} with {database}");
     if caps.streams > caps.connections {
         tracing::warn!(
             "--max-streams ({}) is above --max-connections ({}): every stream is a connection, so connections run \

@@ -131,8 +131,8 @@ pub struct Security {
     proxies: TrustedProxies,
     /// `--auth-failures`: failed authentications per client address and minute.
     auth_failures: u32,
-    /// The flags all this was read from.
-    settings: SecuritySettings,
+    /// `--insecure-public-bind`: a non-loopback address without tokens was asked for.
+    insecure_public_bind: bool,
 }
 
 /// The security flags, checked (`config::SecurityArgs::settings`).
@@ -158,7 +158,7 @@ impl Security {
     /// Reads the tokens file and checks the bind against it (fail-secure).
     pub fn load(settings: &SecuritySettings, bind: SocketAddr) -> Result<Self, SecurityError> {
         let tokens = settings.tokens_file.as_deref().map(Tokens::load).transpose()?;
-        check_exposure(bind, tokens.is_some(), settings)?;
+        check_exposure(bind, tokens.is_some(), settings.insecure_public_bind, settings.public_url.is_some())?;
         let public = settings.public_url.as_ref();
         let hosts = bind.ip().is_loopback().then(|| {
             let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).to_vec();
@@ -176,13 +176,13 @@ impl Security {
             limits: settings.limits,
             proxies: TrustedProxies::new(settings.trusted_proxies.clone()),
             auth_failures: settings.auth_failures,
-            settings: settings.clone(),
+            insecure_public_bind: settings.insecure_public_bind,
         })
     }
 
-    /// The flags this was read from.
-    pub fn settings(&self) -> &SecuritySettings {
-        &self.settings
+    /// The fail-secure bind again, on the address actually served (the flag's may be port 0).
+    pub fn check_exposure(&self, address: SocketAddr) -> Result<(), SecurityError> {
+        check_exposure(address, self.tokens.is_some(), self.insecure_public_bind, self.public_origin.is_some())
     }
 
     /// The `--trusted-proxy` networks.
@@ -283,12 +283,17 @@ impl Auth {
 /// The fail-secure bind (spec §10): a non-loopback address needs tokens or the explicit opt-in,
 /// and an unspecified one a public URL. Checked on the flags before anything starts, and again on
 /// the listener actually served.
-pub fn check_exposure(address: SocketAddr, has_tokens: bool, settings: &SecuritySettings) -> Result<(), SecurityError> {
+fn check_exposure(
+    address: SocketAddr,
+    has_tokens: bool,
+    insecure_public_bind: bool,
+    has_public_url: bool,
+) -> Result<(), SecurityError> {
     let ip = address.ip();
-    if !ip.is_loopback() && !has_tokens && !settings.insecure_public_bind {
+    if !ip.is_loopback() && !has_tokens && !insecure_public_bind {
         return Err(SecurityError::PublicBindWithoutTokens(address));
     }
-    if ip.is_unspecified() && settings.public_url.is_none() {
+    if ip.is_unspecified() && !has_public_url {
         return Err(SecurityError::PublicUrlRequired(address));
     }
     Ok(())

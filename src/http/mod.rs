@@ -25,10 +25,7 @@ mod webhooks;
 pub use connection::ReadTimeouts;
 pub use edge::Edge;
 pub use pages::PageReads;
-pub use server::{
-    Caps, ConnectionLimits, ConnectionSettings, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STREAMS, OpenFileLimitError,
-    fit_connection_caps, raise_open_file_limit, serve,
-};
+pub use server::{Caps, ConnectionLimits, ConnectionSettings, OpenFileLimitError, raise_open_file_limit, serve};
 pub use sse::enduring_frame;
 
 use std::sync::Arc;

@@ -125,11 +125,8 @@ pub async fn start(
             ssrf::check_url(url).map_err(|e| WebhookError::Config(format!("--public-url {url}: {e}")))?;
             url.to_owned()
         }
-        None if address.ip().is_unspecified() => {
-            return Err(WebhookError::Config(format!(
-                "answer links need --public-url when binding the unspecified address {address}"
-            )));
-        }
+        // An unspecified address without --public-url never gets here: the fail-secure bind
+        // (`auth::Security::check_exposure`) refused it on the address served.
         None => format!("http://{address}"),
     };
     let guard = Guard::new(settings.allow.clone());
