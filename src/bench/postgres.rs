@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::servers::{Database, Server};
 use super::{BenchError, Plan, Samples, gate};
-use crate::domain::{Answer, AnsweredBy, OpenGateIn, SessionId};
+use crate::domain::{Answer, AnsweredBy, OpenGateIn, OpenRules, Reply, SessionId};
 use crate::store::postgres::PgSettings;
 use crate::store::{Answering, Claim, DatabaseUrl, GateRecord, OpenOutcome, Store, StoreSettings};
 
@@ -143,7 +143,7 @@ async fn claims_per_second(
             let (store, gates, next) = (stores[worker % 3].clone(), Arc::clone(&gates), Arc::clone(&next));
             tokio::spawn(async move {
                 while let Some(target) = gates.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let answer = Answer { action: "answer".into(), text: "yes".into() };
+                    let answer = Answer { action: "answer".into(), reply: Reply::Text("yes".into()) };
                     let by = AnsweredBy::Person { principal: None };
                     store.answer_gate(Claim { target: target.clone(), answer, key: None, by }).await?;
                 }
@@ -177,7 +177,7 @@ async fn open_gates(store: &Store, count: usize) -> Result<Vec<Answering>, Bench
                 let (loop_id, tool) = (uuid::Uuid::new_v4().to_string(), uuid::Uuid::new_v4().to_string());
                 let body = json!({"loop_id": loop_id, "tool_execution_id": tool, "question": "Claim?"});
                 let ask = serde_json::from_value::<OpenGateIn>(body)?
-                    .validate(i64::MAX)
+                    .validate(OpenRules::default())
                     .map_err(|e| BenchError(format!("a bench question was refused: {e:?}")))?;
                 match store.open_gate(session, ask, 1000).await? {
                     OpenOutcome::Created(view) => Ok(GateRecord { view, idempotency: None }.answering()?),

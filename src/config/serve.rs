@@ -14,6 +14,7 @@ use super::{Cli, Command, parse_duration, parse_size};
 use crate::auth::{SecuritySettings, TokenLimits};
 use crate::common::cidr::Cidr;
 use crate::common::public_url::PublicUrl;
+use crate::domain::OpenRules;
 use crate::http::{ConnectionSettings, HttpSettings, Limits, ReadTimeouts};
 use crate::store::postgres::PgSettings;
 use crate::store::sqlite::{Durability, SqliteSettings};
@@ -243,6 +244,11 @@ pub struct HttpArgs {
     #[arg(long, env = "GATEHOUSE_MAX_TIMEOUT", default_value = "7d", value_parser = parse_duration)]
     pub max_timeout: Duration,
 
+    /// How long a permission gate waits for a decision when its request sets no policy; then it is
+    /// denied (the harness default, 5 minutes).
+    #[arg(long, env = "GATEHOUSE_PERMISSION_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub permission_timeout: Duration,
+
     /// Open gates one session may hold; more get `503 gate_capacity`.
     #[arg(long, env = "GATEHOUSE_MAX_OPEN_GATES", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_open_gates: u32,
@@ -262,7 +268,10 @@ impl HttpArgs {
                 body_idle_timeout: self.body_idle_timeout,
                 body_timeout: self.body_timeout,
                 heartbeat: self.heartbeat,
-                max_timeout_nanos: i64::try_from(self.max_timeout.as_nanos()).unwrap_or(i64::MAX),
+                open_rules: OpenRules {
+                    max_timeout: nanos(self.max_timeout),
+                    permission_timeout: nanos(self.permission_timeout),
+                },
                 max_open_gates: self.max_open_gates as usize,
                 max_page_bytes: self.max_page_bytes,
             },
@@ -277,6 +286,10 @@ impl HttpArgs {
             metrics_bind: self.metrics_bind,
         }
     }
+}
+
+fn nanos(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// Who may call the server, from where, and how often.

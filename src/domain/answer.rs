@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use super::fields::{FieldCode, FieldError, check_length, pointer_token};
 use super::gate::{ANSWER, Gate};
 use super::ids::GateId;
+use super::tool_call::Decision;
 
 pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
 const PREVIEW_CHARS: usize = 80;
@@ -48,7 +49,16 @@ pub enum AnswerRejection {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub action: String,
-    pub text: String,
+    pub reply: Reply,
+}
+
+/// What an answer says, by the kind of its gate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// An AskUser answer's text.
+    Text(String),
+    /// A decision on a permission gate's tool call.
+    Decision(Decision),
 }
 
 impl Answer {
@@ -64,60 +74,90 @@ impl Answer {
         }
         let empty = Map::new();
         let values = values.unwrap_or(&empty);
-        let mut problems: Vec<FieldError> = values
-            .keys()
-            .filter(|k| *k != ANSWER)
-            .map(|k| {
-                FieldError::new(
-                    format!("/values/{}", pointer_token(k)),
-                    FieldCode::UnknownKey,
-                    format!("unexpected key {k:?}; an AskUser answer has only \"answer\""),
-                )
-            })
-            .collect();
-        const PATH: &str = "/values/answer";
-        let text = match values.get(ANSWER) {
-            None | Some(Value::Null) => {
-                problems.push(FieldError::new(PATH, FieldCode::Required, "an answer is required"));
-                None
-            }
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => {
-                problems.push(FieldError::new(PATH, FieldCode::Type, "the answer must be a string"));
-                None
-            }
+        let reply = match &gate.tool_call {
+            Some(call) => Reply::Decision(call.decide(action, values).map_err(AnswerRejection::Values)?),
+            None => Reply::Text(text_answer(gate, values)?),
         };
-        if let Some(text) = &text {
-            let field = gate.answer_field();
-            if let Some(problem) = check_length(PATH, text, MAX_ANSWER_BYTES, "the answer") {
-                problems.push(problem);
-            } else if let Some(field) = field.filter(|f| !f.options.is_empty() && !f.allow_other)
-                && !field.options.iter().any(|o| o.value == *text)
-            {
-                let choices: Vec<&str> = field.options.iter().map(|o| o.value.as_str()).collect();
-                problems.push(FieldError::new(
-                    PATH,
-                    FieldCode::NotAChoice,
-                    format!("the answer must be one of {choices:?}"),
-                ));
-            }
+        Ok(Self { action: action.to_owned(), reply })
+    }
+
+    /// An AskUser answer's text.
+    pub fn text(&self) -> Option<&str> {
+        match &self.reply {
+            Reply::Text(text) => Some(text),
+            Reply::Decision(_) => None,
         }
-        match text {
-            Some(text) if problems.is_empty() => Ok(Self { action: action.to_owned(), text }),
-            _ => Err(AnswerRejection::Values(problems)),
+    }
+
+    /// A permission gate's decision.
+    pub fn decision(&self) -> Option<&Decision> {
+        match &self.reply {
+            Reply::Decision(decision) => Some(decision),
+            Reply::Text(_) => None,
         }
     }
 
     /// SHA-256 (hex) of the canonical (action, values): what an `Idempotency-Key` is bound to.
     pub fn fingerprint(&self) -> String {
-        let canonical = serde_json::json!({"action": self.action, "values": {ANSWER: self.text}});
+        let values = match &self.reply {
+            Reply::Text(text) => serde_json::json!({ANSWER: text}),
+            Reply::Decision(decision) => decision.canonical_values(),
+        };
+        let canonical = serde_json::json!({"action": self.action, "values": values});
         let digest = Sha256::digest(canonical.to_string().as_bytes());
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// The first 80 Unicode scalar values, for the audit record.
+    /// The first 80 Unicode scalar values of a text answer, for the audit record.
     pub fn preview(&self) -> String {
-        self.text.chars().take(PREVIEW_CHARS).collect()
+        self.text().unwrap_or_default().chars().take(PREVIEW_CHARS).collect()
+    }
+}
+
+/// An AskUser answer's text: `values.answer`, a string within its cap, one of the choices unless
+/// others are allowed, and no other key.
+fn text_answer(gate: &Gate, values: &Map<String, Value>) -> Result<String, AnswerRejection> {
+    let mut problems: Vec<FieldError> = values
+        .keys()
+        .filter(|k| *k != ANSWER)
+        .map(|k| {
+            FieldError::new(
+                format!("/values/{}", pointer_token(k)),
+                FieldCode::UnknownKey,
+                format!("unexpected key {k:?}; an AskUser answer has only \"answer\""),
+            )
+        })
+        .collect();
+    const PATH: &str = "/values/answer";
+    let text = match values.get(ANSWER) {
+        None | Some(Value::Null) => {
+            problems.push(FieldError::new(PATH, FieldCode::Required, "an answer is required"));
+            None
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            problems.push(FieldError::new(PATH, FieldCode::Type, "the answer must be a string"));
+            None
+        }
+    };
+    if let Some(text) = &text {
+        let field = gate.answer_field();
+        if let Some(problem) = check_length(PATH, text, MAX_ANSWER_BYTES, "the answer") {
+            problems.push(problem);
+        } else if let Some(field) = field.filter(|f| !f.options.is_empty() && !f.allow_other)
+            && !field.options.iter().any(|o| o.value == *text)
+        {
+            let choices: Vec<&str> = field.options.iter().map(|o| o.value.as_str()).collect();
+            problems.push(FieldError::new(
+                PATH,
+                FieldCode::NotAChoice,
+                format!("the answer must be one of {choices:?}"),
+            ));
+        }
+    }
+    match text {
+        Some(text) if problems.is_empty() => Ok(text),
+        _ => Err(AnswerRejection::Values(problems)),
     }
 }
 
@@ -149,8 +189,8 @@ pub struct CloseIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::gate::OpenGateIn;
     use crate::domain::ids::GateId;
+    use crate::domain::open::{OpenGateIn, OpenRules};
 
     fn gate(extra: Value) -> Gate {
         let mut open = serde_json::json!({
@@ -160,7 +200,7 @@ mod tests {
         });
         open.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         let open: OpenGateIn = serde_json::from_value(open).unwrap();
-        open.validate(crate::domain::gate::MAX_TIMEOUT_NANOS).unwrap().gate(GateId::mint())
+        open.validate(OpenRules::default()).unwrap().gate(GateId::mint())
     }
 
     fn check(gate: &Gate, body: Value) -> Result<Answer, AnswerRejection> {
@@ -181,7 +221,7 @@ mod tests {
         let body = serde_json::json!({"action": "answer", "values": {"answer": "postgres"}});
         assert_eq!(codes(check(&strict, body.clone())), [("/values/answer".into(), FieldCode::NotAChoice)]);
         let open = gate(serde_json::json!({"choices": ["Postgres"], "allow_other": true}));
-        assert_eq!(check(&open, body).unwrap().text, "postgres");
+        assert_eq!(check(&open, body).unwrap().text(), Some("postgres"));
     }
 
     #[test]
@@ -213,9 +253,9 @@ mod tests {
 
     #[test]
     fn preview_counts_scalar_values() {
-        let a = Answer { action: "answer".into(), text: "é".repeat(100) };
+        let a = Answer { action: "answer".into(), reply: Reply::Text("é".repeat(100)) };
         assert_eq!(a.preview().chars().count(), 80);
-        let b = Answer { action: "answer".into(), text: "é".repeat(100) };
+        let b = Answer { action: "answer".into(), reply: Reply::Text("é".repeat(100)) };
         assert_eq!(a.fingerprint(), b.fingerprint());
     }
 }

@@ -4,11 +4,13 @@
 //! These structs only serialise: the journal stores their JSON text and serves it verbatim.
 
 use serde::Serialize;
+use serde_json::Value;
 
-use super::answer::{Answer, CloseReason};
+use super::answer::{Answer, CloseReason, Reply};
 use super::gate::Gate;
 use super::ids::{CommandId, EventId, GateId, LoopId, SessionId, StepId, ToolExecutionId, TurnId};
 use super::time::Timestamp;
+use super::tool_call::{APPROVE_ALWAYS, Decision, Risk, ToolCall, ToolRequest};
 
 /// Where an event or command belongs: the gate's prepare-time coordinates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +138,14 @@ impl AnsweredBy {
         }
     }
 
+    /// The person's principal, if a person with one answered.
+    pub fn principal(&self) -> Option<&str> {
+        match self {
+            Self::Person { principal } => principal.as_deref(),
+            Self::Timeout => None,
+        }
+    }
+
     /// 1 for a person; 0 (omitted) for a policy.
     fn agency(&self) -> u8 {
         match self {
@@ -152,8 +162,45 @@ pub struct Audit {
 }
 
 #[derive(Debug, Serialize)]
-struct AuditData {
-    answer_preview: String,
+#[serde(untagged)]
+enum AuditData {
+    AskUser {
+        answer_preview: String,
+    },
+    Permission {
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        requirement_descriptions: Vec<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        candidate_descriptions: Vec<String>,
+    },
+}
+
+impl Audit {
+    /// What `GateResolved` keeps of an answer (harness rules): an AskUser answer's preview; an
+    /// approval's requirement descriptions, and its candidates' for `Approve always`; nothing of a
+    /// denial.
+    fn of(gate: &Gate, answer: &Answer) -> Option<Self> {
+        match (&answer.reply, &gate.tool_call) {
+            (Reply::Text(_), _) => {
+                Some(Self { kind: "ask_user", data: AuditData::AskUser { answer_preview: answer.preview() } })
+            }
+            (Reply::Decision(decision), Some(call)) if decision.approved => {
+                let requirements = &call.request.requirements;
+                let candidates = requirements.iter().flat_map(|r| &r.candidates);
+                Some(Self {
+                    kind: "permission",
+                    data: AuditData::Permission {
+                        requirement_descriptions: requirements.iter().map(|r| r.description.clone()).collect(),
+                        candidate_descriptions: match decision.always {
+                            true => candidates.map(|c| c.description.clone()).collect(),
+                            false => Vec::new(),
+                        },
+                    },
+                })
+            }
+            (Reply::Decision(_), _) => None,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -203,10 +250,11 @@ impl GateResolved {
     }
 
     /// An answer, by a person or by the policy.
-    pub fn answered(at: Coordinates, created_at: Timestamp, gate_id: GateId, answer: &Answer, by: &AnsweredBy) -> Self {
+    pub fn answered(at: Coordinates, created_at: Timestamp, gate: &Gate, answer: &Answer, by: &AnsweredBy) -> Self {
+        let gate_id = gate.id;
         Self {
             action: Some(answer.action.clone()),
-            audit: Some(Audit { kind: "ask_user", data: AuditData { answer_preview: answer.preview() } }),
+            audit: Audit::of(gate, answer),
             source: Some(by.source()),
             ..Self::new(at, created_at, gate_id, by.reason())
         }
@@ -249,7 +297,7 @@ impl<'a> ProvideUserInput<'a> {
     pub fn new(at: Coordinates, created_at: Timestamp, gate: &Gate, answer: &'a Answer, by: &AnsweredBy) -> Self {
         Self {
             agency: by.agency(),
-            answer: &answer.text,
+            answer: answer.text().unwrap_or_default(),
             command_id: CommandId::mint(),
             created_at,
             gate_id: gate.id,
@@ -260,6 +308,278 @@ impl<'a> ProvideUserInput<'a> {
             turn_id: at.turn_id,
             kind: "ProvideUserInput",
             v: 1,
+        }
+    }
+}
+
+/// The prepared call a permission gate asks leave for, as the harness announces it after
+/// `GateOpened`: the request as displayed, plus (additive) the gate's id and what the harness's
+/// request has no member for.
+#[derive(Debug, Serialize)]
+pub struct PermissionRequested<'a> {
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub editable: bool,
+    pub event_id: EventId,
+    pub gate_id: GateId,
+    pub loop_id: LoopId,
+    pub request: &'a ToolRequest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
+    pub session_id: SessionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    v: u8,
+}
+
+impl<'a> PermissionRequested<'a> {
+    pub const TYPE: &'static str = "PermissionRequested";
+
+    pub fn new(at: Coordinates, created_at: Timestamp, gate: &Gate, call: &'a ToolCall) -> Self {
+        Self {
+            created_at,
+            editable: call.editable,
+            event_id: EventId::mint(),
+            gate_id: gate.id,
+            loop_id: at.loop_id,
+            request: &call.request,
+            risk: call.risk,
+            session_id: at.session_id,
+            step_id: at.step_id,
+            tool_execution_id: gate.subject.tool_execution_id,
+            tool_input: call.tool_input.as_ref(),
+            tool_input_schema: call.tool_input_schema.as_ref(),
+            turn_id: at.turn_id,
+            kind: Self::TYPE,
+            v: 1,
+        }
+    }
+}
+
+/// The longest `audit` summary of a `PermissionDecided` (the harness's bound).
+const MAX_DECIDED_AUDIT_BYTES: usize = 1024;
+
+/// The decision on a permission gate, journaled right after its `GateResolved`: the effect, a
+/// reason code (`approved`, `denied`, `timed_out`), the person's words on a denial (`message`),
+/// whether the input was edited (and then the input it runs with), and the harness's `subject`
+/// (the tool's name) and `audit` (a one-line summary).
+#[derive(Debug, Serialize)]
+pub struct PermissionDecided {
+    pub audit: String,
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub edited: bool,
+    pub effect: &'static str,
+    pub event_id: EventId,
+    pub gate_id: GateId,
+    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    pub reason: &'static str,
+    pub session_id: SessionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    pub subject: String,
+    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    v: u8,
+}
+
+impl PermissionDecided {
+    pub const TYPE: &'static str = "PermissionDecided";
+
+    pub fn new(at: Coordinates, created_at: Timestamp, gate: &Gate, decision: &Decision, by: &AnsweredBy) -> Self {
+        let request = gate.tool_call.as_ref().map(|c| &c.request);
+        let subject = request.map(|r| r.tool_name.clone()).unwrap_or_default();
+        let summary = request.map(|r| r.summary.as_str()).filter(|s| !s.is_empty());
+        let audit = match summary {
+            Some(summary) => format!("{subject}: {summary}"),
+            None => subject.clone(),
+        };
+        let reason = match (by, decision.approved) {
+            (AnsweredBy::Timeout, _) => "timed_out",
+            (_, true) => "approved",
+            (_, false) => "denied",
+        };
+        Self {
+            audit: one_line(&audit, MAX_DECIDED_AUDIT_BYTES),
+            created_at,
+            edited: decision.edited,
+            effect: decision.effect(),
+            event_id: EventId::mint(),
+            gate_id: gate.id,
+            loop_id: at.loop_id,
+            message: decision.reason.clone(),
+            principal: by.principal().map(str::to_owned),
+            reason,
+            session_id: at.session_id,
+            step_id: at.step_id,
+            subject,
+            tool_execution_id: gate.subject.tool_execution_id,
+            tool_input: decision.tool_input.clone().filter(|_| decision.edited),
+            turn_id: at.turn_id,
+            kind: Self::TYPE,
+            v: 1,
+        }
+    }
+}
+
+/// Control characters become spaces, and the text is cut at a character boundary within `max`
+/// bytes (the harness's audit summary rules).
+fn one_line(text: &str, max: usize) -> String {
+    let mut line = String::with_capacity(text.len().min(max));
+    for c in text.chars().map(|c| if c.is_control() { ' ' } else { c }) {
+        if line.len() + c.len_utf8() > max {
+            break;
+        }
+        line.push(c);
+    }
+    line
+}
+
+/// The command that lets the owning loop run its tool call: the action (`Approve`, or `Approve
+/// always for this workspace`), and (additive) the input it runs with and whether a person edited
+/// it.
+#[derive(Debug, Serialize)]
+pub struct ApproveToolCall<'a> {
+    pub action: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub agency: u8,
+    pub command_id: CommandId,
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub edited: bool,
+    pub gate_id: GateId,
+    pub loop_id: LoopId,
+    pub session_id: SessionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    v: u8,
+}
+
+/// The command that tells the owning loop its tool call was denied, with (additive) the reason.
+#[derive(Debug, Serialize)]
+pub struct DenyToolCall<'a> {
+    #[serde(skip_serializing_if = "is_zero")]
+    pub agency: u8,
+    pub command_id: CommandId,
+    pub created_at: Timestamp,
+    pub gate_id: GateId,
+    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'a str>,
+    pub session_id: SessionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    v: u8,
+}
+
+/// The command an answer sends the owning loop, made from the gate as its caller read it: its id
+/// and JSON text.
+pub fn command(
+    at: Coordinates,
+    created_at: Timestamp,
+    gate: &Gate,
+    answer: &Answer,
+    by: &AnsweredBy,
+) -> (CommandId, String) {
+    let command_id = CommandId::mint();
+    let (gate_id, tool_execution_id) = (gate.id, gate.subject.tool_execution_id);
+    let text = match &answer.reply {
+        Reply::Text(_) => {
+            let command = ProvideUserInput { command_id, ..ProvideUserInput::new(at, created_at, gate, answer, by) };
+            to_json(&command)
+        }
+        Reply::Decision(decision) if decision.approved => to_json(&ApproveToolCall {
+            action: if decision.always { APPROVE_ALWAYS } else { &answer.action },
+            agency: by.agency(),
+            command_id,
+            created_at,
+            edited: decision.edited,
+            gate_id,
+            loop_id: at.loop_id,
+            session_id: at.session_id,
+            step_id: at.step_id,
+            tool_execution_id,
+            tool_input: decision.tool_input.as_ref(),
+            turn_id: at.turn_id,
+            kind: "ApproveToolCall",
+            v: 1,
+        }),
+        Reply::Decision(decision) => to_json(&DenyToolCall {
+            agency: by.agency(),
+            command_id,
+            created_at,
+            gate_id,
+            loop_id: at.loop_id,
+            reason: decision.reason.as_deref(),
+            session_id: at.session_id,
+            step_id: at.step_id,
+            tool_execution_id,
+            turn_id: at.turn_id,
+            kind: "DenyToolCall",
+            v: 1,
+        }),
+    };
+    (command_id, text)
+}
+
+/// A permission gate's decision as its view shows it (`decision`), stored at the claim.
+#[derive(Debug, Serialize)]
+pub struct DecisionView<'a> {
+    pub effect: &'static str,
+    pub action: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<&'a Value>,
+    pub edited: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'a str>,
+    /// `user` or `policy`.
+    pub source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<&'a str>,
+    pub decided_at: Timestamp,
+}
+
+impl<'a> DecisionView<'a> {
+    pub fn new(answer: &'a Answer, decision: &'a Decision, by: &'a AnsweredBy, decided_at: Timestamp) -> Self {
+        Self {
+            effect: decision.effect(),
+            action: &answer.action,
+            tool_input: decision.tool_input.as_ref(),
+            edited: decision.edited,
+            reason: decision.reason.as_deref(),
+            source: by.source().kind,
+            principal: by.principal(),
+            decided_at,
         }
     }
 }

@@ -16,6 +16,9 @@ pub enum FieldCode {
     UnknownKey,
     Duplicate,
     OutOfRange,
+    /// Breaks a rule of its own: a JSON Schema keyword such as `pattern`, or a rule of the
+    /// harness's prepared request.
+    Invalid,
 }
 
 /// One problem with one member of a request body, addressed by JSON Pointer.

@@ -52,6 +52,9 @@ pub struct GateView {
     pub resolution: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// A permission gate's decision (`DecisionView`), as stored at its claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Box<RawValue>>,
 }
 
 /// One journal event with its seq, as journal pages list them.
@@ -89,7 +92,8 @@ impl PageBytes for GateView {
     fn page_bytes(&self) -> usize {
         const AROUND: usize = 320;
         let resolution = self.resolution.as_ref().map_or(0, |r| r.get().len());
-        self.gate.get().len() + resolution + self.answer.as_ref().map_or(0, String::len) + AROUND
+        let decision = self.decision.as_ref().map_or(0, |d| d.get().len());
+        self.gate.get().len() + resolution + decision + self.answer.as_ref().map_or(0, String::len) + AROUND
     }
 }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
 use super::{AppState, SessionPath, json, limit, pages, wait_deadline, wait_until};
 use crate::auth::{Caller, PRINCIPAL_WEBHOOK};
+use crate::domain::gate::KINDS;
 use crate::domain::{
     Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
     OpenGateIn, OpenRejection, SessionId,
@@ -41,7 +42,7 @@ pub(super) async fn open_gate(
     Params(SessionPath { session_id }): Params<SessionPath>,
     JsonBody(body): JsonBody<OpenGateIn>,
 ) -> Result<Response, ApiError> {
-    let ask = body.validate(state.limits.max_timeout_nanos).map_err(|rejection| match rejection {
+    let question = body.validate(state.limits.open_rules).map_err(|rejection| match rejection {
         OpenRejection::KindMismatch(kind) => ApiError::GateKindMismatch(kind),
         OpenRejection::Fields(fields) => {
             ApiError::InvalidBody { message: "the gate request has invalid fields".into(), fields }
@@ -49,7 +50,7 @@ pub(super) async fn open_gate(
         OpenRejection::TemplateAction(fields) => ApiError::GateActionInvalid(fields),
         OpenRejection::TemplateValues(fields) => ApiError::GateValuesInvalid(fields),
     })?;
-    let (status, view) = match state.store.open_gate(session_id, ask, state.limits.max_open_gates).await? {
+    let (status, view) = match state.store.open_gate(session_id, question, state.limits.max_open_gates).await? {
         OpenOutcome::Created(view) => {
             state.metrics.gate_opened();
             (StatusCode::CREATED, view)
@@ -217,6 +218,7 @@ pub(super) async fn close_gate(
 #[derive(Deserialize)]
 pub(super) struct ListParams {
     state: Option<String>,
+    kind: Option<String>,
     order: Option<String>,
     limit: Option<u32>,
     after: Option<String>,
@@ -295,8 +297,15 @@ async fn list(
             )));
         }
     };
+    let kind = match p.kind.as_deref() {
+        None | Some("") => None,
+        Some(kind) if KINDS.contains(&kind) => Some(kind.to_owned()),
+        Some(other) => {
+            return Err(ApiError::InvalidParameter(format!("kind must be one of {KINDS:?} (got {other:?})")));
+        }
+    };
     let after = p.after.as_deref().map(|raw| parse_cursor(order, raw)).transpose()?;
-    let query = ListQuery { session, states, order, page: state.limits.page(limit(p.limit)?), after };
+    let query = ListQuery { session, states, kind, order, page: state.limits.page(limit(p.limit)?), after };
     let read = state.page_reads.take(&caller)?;
     let listing = state.store.list_gates(query).await?;
     let next_after = match listing.gates.last() {

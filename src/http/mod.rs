@@ -45,6 +45,7 @@ use tower_http::cors::{AllowOrigin, Cors, CorsLayer};
 
 use crate::auth::{Access, Auth};
 use crate::bus::Bus;
+use crate::domain::OpenRules;
 use crate::http::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{PageLimit, Store};
@@ -77,8 +78,8 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// How often streams send `: ping`.
     pub heartbeat: Duration,
-    /// The longest timeout a policy may ask for, in nanoseconds.
-    pub max_timeout_nanos: i64,
+    /// The longest timeout a policy may ask for, and a permission gate's default one.
+    pub open_rules: OpenRules,
     /// Open gates one session may hold.
     pub max_open_gates: usize,
     /// About how many bytes one page of rows may hold (`--max-page-bytes`).

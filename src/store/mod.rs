@@ -42,7 +42,7 @@ pub use settings::{DatabaseUrl, StoreSettings};
 
 use crate::bus::Bus;
 use crate::domain::{
-    AskUser, CloseReason, CommandId, GateId, InboxEntry, JournalEntry, JournalPage, LoopId, ServerKey, SessionId,
+    CloseReason, CommandId, GateId, InboxEntry, JournalEntry, JournalPage, LoopId, Question, ServerKey, SessionId,
     Timestamp,
 };
 use crate::metrics::WriterMetrics;
@@ -108,7 +108,7 @@ operations! {
     /// its answer-link token): their public methods are written by hand, below.
     trait MintedGates by hand {
         async fn open_gate(
-            &self, session: SessionId, ask: AskUser, new: NewGate, max_open: usize
+            &self, session: SessionId, question: Question, new: NewGate, max_open: usize
         ) -> Result<OpenOutcome>;
         async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>>;
     }
@@ -261,12 +261,12 @@ impl Store {
 
     /// Opens a gate or finds the one this tool execution already opened; a session holds at most
     /// `max_open` open gates.
-    pub async fn open_gate(&self, session: SessionId, ask: AskUser, max_open: usize) -> Result<OpenOutcome> {
+    pub async fn open_gate(&self, session: SessionId, question: Question, max_open: usize) -> Result<OpenOutcome> {
         let id = GateId::mint();
         let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
         match &self.backend {
-            Backends::Sqlite(backend) => backend.open_gate(session, ask, new, max_open).await,
-            Backends::Postgres(backend) => backend.open_gate(session, ask, new, max_open).await,
+            Backends::Sqlite(backend) => backend.open_gate(session, question, new, max_open).await,
+            Backends::Postgres(backend) => backend.open_gate(session, question, new, max_open).await,
         }
     }
 

@@ -6,10 +6,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::{PageLimit, StoreError};
-use crate::domain::events::to_json;
+use crate::domain::events::{DecisionView, command, to_json};
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, Coordinates, Gate, GateId, GateOpened, GateState, GateView, LoopId, SessionId,
-    Timestamp, UserInputRequested,
+    Answer, AnsweredBy, CommandId, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
+    PermissionDecided, PermissionRequested, Question, SessionId, Timestamp, UserInputRequested,
 };
 
 /// A gate as stored: its view plus what only the server sees.
@@ -58,12 +58,14 @@ pub struct Claim {
 }
 
 /// What opening a gate writes, made the same way on every backend: the gate, its two events
-/// (`GateOpened`, `UserInputRequested`) and its deadlines, as of one instant.
+/// (`GateOpened`, then `UserInputRequested` or `PermissionRequested`) and its deadlines, as of one
+/// instant.
 pub(crate) struct Opening {
     pub gate: Gate,
     pub now: Timestamp,
     pub opened: String,
-    pub requested: String,
+    /// The second event's type and JSON.
+    pub requested: (&'static str, String),
     /// When its timeout passes, if it has one…
     pub deadline: Option<Timestamp>,
     /// …and when the policy answers then, if it has a default answer.
@@ -71,15 +73,48 @@ pub(crate) struct Opening {
 }
 
 impl Opening {
-    pub(crate) fn new(session: SessionId, ask: &AskUser, id: GateId) -> Self {
-        let gate = ask.gate(id);
+    pub(crate) fn new(session: SessionId, question: &Question, id: GateId) -> Self {
+        let gate = question.gate(id);
         let now = Timestamp::now();
-        let at = Coordinates::of(session, &gate, ask.loop_id);
+        let at = Coordinates::of(session, &gate, question.loop_id());
         let opened = to_json(&GateOpened::new(at, now, &gate));
-        let requested = to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices));
+        let requested = match question {
+            Question::AskUser(ask) => {
+                (UserInputRequested::TYPE, to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices)))
+            }
+            Question::Permission(_) => {
+                let call = gate.tool_call.as_ref().expect("a permission gate carries its call");
+                (PermissionRequested::TYPE, to_json(&PermissionRequested::new(at, now, &gate, call)))
+            }
+        };
         let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
         let respond_at = deadline.filter(|_| gate.default_answer().is_some());
         Self { gate, now, opened, requested, deadline, respond_at }
+    }
+}
+
+/// What a claim writes besides the claim itself, made the same way on every backend from the
+/// gate as the caller read it: `GateResolved`, for a permission gate `PermissionDecided` after it,
+/// the loop's command, and what the gate row keeps of the answer (an AskUser answer's text, a
+/// decision's view).
+pub(crate) struct Resolution {
+    pub resolved: String,
+    pub decided: Option<String>,
+    pub command_id: CommandId,
+    pub command: String,
+    pub answer_text: Option<String>,
+    pub decision: Option<String>,
+}
+
+impl Resolution {
+    pub(crate) fn new(session: SessionId, loop_id: LoopId, gate: &Gate, answer: &Answer, by: &AnsweredBy) -> Self {
+        let now = Timestamp::now();
+        let at = Coordinates::of(session, gate, loop_id);
+        let resolved = to_json(&GateResolved::answered(at, now, gate, answer, by));
+        let decided = answer.decision().map(|d| to_json(&PermissionDecided::new(at, now, gate, d, by)));
+        let (command_id, command) = command(at, now, gate, answer, by);
+        let decision = answer.decision().map(|d| to_json(&DecisionView::new(answer, d, by, now)));
+        Self { resolved, decided, command_id, command, answer_text: answer.text().map(str::to_owned), decision }
     }
 }
 
@@ -218,6 +253,8 @@ pub struct ListQuery {
     pub session: Option<SessionId>,
     /// Empty means every state.
     pub states: Vec<GateState>,
+    /// Only gates of this kind (`harness.ask_user`, `harness.permission`).
+    pub kind: Option<String>,
     pub order: ListOrder,
     pub page: PageLimit,
     pub after: Option<ListCursor>,
@@ -227,6 +264,7 @@ pub struct ListQuery {
 pub(crate) enum ListParam<'a> {
     Session(SessionId),
     States(&'a [GateState]),
+    Text(&'a str),
     Int(i64),
 }
 
@@ -241,6 +279,9 @@ impl ListQuery {
         }
         if !self.states.is_empty() {
             clauses.push(format!("g.state {}", bind(ListParam::States(&self.states))));
+        }
+        if let Some(kind) = &self.kind {
+            clauses.push(format!("g.kind = {}", bind(ListParam::Text(kind))));
         }
         clauses.extend(self.after_clause(|value| bind(ListParam::Int(value))));
         let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };

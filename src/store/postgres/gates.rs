@@ -13,12 +13,12 @@ use super::{classify, json_column, query_page, uuid_column};
 use crate::domain::events::to_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateResolved, GateState, GateView, LoopId,
-    ProvideUserInput, SessionId, Timestamp,
+    Answer, AnsweredBy, CloseReason, Coordinates, Gate, GateId, GateResolved, GateState, GateView, LoopId, Question,
+    SessionId, Timestamp,
 };
 use crate::store::model::{
     AnswerOutcome, Answering, Claim, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListParam, ListQuery,
-    Listing, OpenOutcome, Opening, parse_gate, unclaimed,
+    Listing, OpenOutcome, Opening, Resolution, parse_gate, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
 
@@ -26,7 +26,7 @@ use crate::store::{NewGate, StoreError};
 macro_rules! select_record {
     () => {
         "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
-        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id
+        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id, g.decision
     FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
     };
 }
@@ -49,6 +49,7 @@ fn record(row: &Row) -> Result<GateRecord, StoreError> {
             resolved_seq: row.try_get(7).map_err(classify)?,
             resolution: row.try_get::<_, Option<String>>(8).map_err(classify)?.map(json_column).transpose()?,
             answer: row.try_get(9).map_err(classify)?,
+            decision: row.try_get::<_, Option<String>>(13).map_err(classify)?.map(json_column).transpose()?,
         },
         idempotency: key.zip(fingerprint),
     })
@@ -71,18 +72,19 @@ pub async fn find_by_link(conn: &Conn, digest: &[u8; 32]) -> Result<Option<GateR
 pub async fn open(
     conn: &Conn,
     session: SessionId,
-    ask: &AskUser,
+    question: &Question,
     new: NewGate,
     max_open: usize,
 ) -> Result<OpenOutcome, StoreError> {
-    let content = ask.content.canonical();
+    let content = question.canonical();
+    let loop_id = question.loop_id();
     let existing = conn
         .prepare_cached(
             "SELECT gate_id, content FROM gates WHERE session_id = $1 AND loop_id = $2 AND tool_execution_id = $3",
         )
         .await
         .map_err(classify)?;
-    let ids = [session.as_uuid(), ask.loop_id.as_uuid(), ask.tool_execution_id.as_uuid()];
+    let ids = [session.as_uuid(), loop_id.as_uuid(), question.tool_execution_id().as_uuid()];
     if let Some(row) = conn.query_opt(&existing, &[&ids[0], &ids[1], &ids[2]]).await.map_err(classify)? {
         let gate_id = uuid_column(&row, 0, GateId::from_uuid)?;
         let stored: String = row.try_get(1).map_err(classify)?;
@@ -101,7 +103,7 @@ pub async fn open(
         return Ok(OpenOutcome::Capacity);
     }
 
-    let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, ask, new.id);
+    let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, question, new.id);
     let envelope = to_json(&gate);
     // Both events and the gate in one statement; the seqs are drawn in order, under the lock.
     let insert = conn
@@ -110,17 +112,18 @@ pub async fn open(
              events AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, respond_at, event)
                  SELECT opened, $1::uuid, $2::uuid, 'GateOpened', $9::bigint, $10::text FROM seqs
-                 UNION ALL SELECT requested, $1::uuid, $2::uuid, 'UserInputRequested', NULL, $11::text FROM seqs),
+                 UNION ALL SELECT requested, $1::uuid, $2::uuid, $13::text, NULL, $11::text FROM seqs),
              gate AS (
                  INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq,
-                                    opened_at, deadline, respond_at, link_digest)
+                                    opened_at, deadline, respond_at, link_digest, kind)
                  SELECT $2::uuid, $1::uuid, $3::uuid, $4::uuid, 'open', $5::text, $6::text, opened, $7::bigint,
-                        $8::bigint, $9::bigint, $12::bytea FROM seqs)
+                        $8::bigint, $9::bigint, $12::bytea, $14::text FROM seqs)
              SELECT opened FROM seqs",
         )
         .await
         .map_err(classify)?;
-    let params: [&(dyn ToSql + Sync); 12] = [
+    let (requested_type, requested) = requested;
+    let params: [&(dyn ToSql + Sync); 14] = [
         &ids[0],
         &gate.id.as_uuid(),
         &ids[1],
@@ -133,12 +136,14 @@ pub async fn open(
         &opened,
         &requested,
         &new.link_digest.as_slice(),
+        &requested_type,
+        &gate.kind,
     ];
     let opened_seq: i64 = conn.query_one(&insert, &params).await.map_err(classify)?.get(0);
     Ok(OpenOutcome::Created(GateView {
         gate_id: gate.id,
         session_id: session,
-        loop_id: ask.loop_id,
+        loop_id,
         state: GateState::Open,
         gate: json_column(envelope)?,
         opened_seq,
@@ -147,6 +152,7 @@ pub async fn open(
         resolved_seq: None,
         resolution: None,
         answer: None,
+        decision: None,
     }))
 }
 
@@ -165,22 +171,23 @@ async fn claim(
     session: SessionId,
     gate_id: GateId,
     to: GateState,
-    answer: Option<&Answer>,
+    resolution: Option<&Resolution>,
     key: Option<&Idempotency>,
 ) -> Result<Option<Claimed>, StoreError> {
     let stmt = conn
         .prepare_cached(
-            "UPDATE gates SET state = $3, answer = $4, idempotency_key = $5, fingerprint = $6
+            "UPDATE gates SET state = $3, answer = $4, decision = $5, idempotency_key = $6, fingerprint = $7
              WHERE gate_id = $1 AND session_id = $2 AND state = 'open'
              RETURNING loop_id, gate, opened_seq, opened_at, deadline",
         )
         .await
         .map_err(classify)?;
-    let params: [&(dyn ToSql + Sync); 6] = [
+    let params: [&(dyn ToSql + Sync); 7] = [
         &gate_id.as_uuid(),
         &session.as_uuid(),
         &to.as_str(),
-        &answer.map(|a| a.text.as_str()),
+        &resolution.and_then(|r| r.answer_text.as_deref()),
+        &resolution.and_then(|r| r.decision.as_deref()),
         &key.map(|k| k.key.as_str()),
         &key.and_then(|k| k.fingerprint.as_deref()),
     ];
@@ -190,45 +197,44 @@ async fn claim(
     Ok(Some(Claimed { loop_id, gate, row }))
 }
 
-/// An answer ready to be written: the claim's arguments, and the `GateResolved` event and the
-/// `ProvideUserInput` command made from the gate as the caller read it.
+/// An answer ready to be written: the claim's arguments, and what it writes (the events and the
+/// command) made from the gate as the caller read it.
 pub struct AnswerJob {
     target: Answering,
-    answer: Answer,
     key: Option<Idempotency>,
-    resolved: String,
-    command_id: uuid::Uuid,
-    command: String,
+    resolution: Resolution,
 }
 
 impl AnswerJob {
     pub fn new(claim: Claim) -> Self {
         let Claim { target, answer, key, by } = claim;
-        let by = &by;
-        let now = Timestamp::now();
-        let at = Coordinates::of(target.session, &target.gate, target.loop_id);
-        let resolved = to_json(&GateResolved::answered(at, now, target.gate_id, &answer, by));
-        let command = ProvideUserInput::new(at, now, &target.gate, &answer, by);
-        Self { resolved, command_id: command.command_id.as_uuid(), command: to_json(&command), target, answer, key }
+        let resolution = Resolution::new(target.session, target.loop_id, &target.gate, &answer, &by);
+        Self { target, key, resolution }
     }
 }
 
 /// The exactly-once path in one statement: claim the gate (a conditional update that moves it
 /// out of `open` only if it is still open, and draws its resolution's seq), append
-/// `GateResolved`, enqueue `ProvideUserInput`. Under READ COMMITTED a concurrent claimer waits
-/// for this one, re-checks `state = 'open'` and matches nothing; the inserts run only for a row
-/// the claim took, so a lost race writes nothing and draws no seq.
+/// `GateResolved` (and after it a permission gate's `PermissionDecided`), enqueue the command.
+/// Under READ COMMITTED a concurrent claimer waits for this one, re-checks `state = 'open'` and
+/// matches nothing; the inserts run only for a row the claim took, so a lost race writes nothing
+/// and draws no seq.
 pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, StoreError> {
     let stmt = conn
         .prepare_cached(
             "WITH claimed AS (
-                 UPDATE gates SET state = 'resolved', answer = $3::text, idempotency_key = $4::text,
-                                  fingerprint = $5::text, resolved_seq = nextval('journal_seq')
+                 UPDATE gates SET state = 'resolved', answer = $3::text, decision = $9::text,
+                                  idempotency_key = $4::text, fingerprint = $5::text,
+                                  resolved_seq = nextval('journal_seq')
                  WHERE gate_id = $1::uuid AND session_id = $2::uuid AND state = 'open'
                  RETURNING loop_id, resolved_seq),
              event AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, loop_id, event)
                  SELECT resolved_seq, $2::uuid, $1::uuid, 'GateResolved', loop_id, $6::text FROM claimed),
+             decided AS (
+                 INSERT INTO journal (seq, session_id, gate_id, type, event)
+                 SELECT nextval('journal_seq'), $2::uuid, $1::uuid, 'PermissionDecided', $10::text
+                 FROM claimed WHERE $10::text IS NOT NULL),
              command AS (
                  INSERT INTO inbox (seq, session_id, loop_id, command_id, gate_id, command)
                  SELECT nextval('inbox_seq'), $2::uuid, loop_id, $7::uuid, $1::uuid, $8::text FROM claimed)
@@ -236,16 +242,18 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
         )
         .await
         .map_err(classify)?;
-    let (target, key) = (&job.target, job.key.as_ref());
-    let params: [&(dyn ToSql + Sync); 8] = [
+    let (target, key, r) = (&job.target, job.key.as_ref(), &job.resolution);
+    let params: [&(dyn ToSql + Sync); 10] = [
         &target.gate_id.as_uuid(),
         &target.session.as_uuid(),
-        &job.answer.text.as_str(),
+        &r.answer_text,
         &key.map(|k| k.key.as_str()),
         &key.and_then(|k| k.fingerprint.as_deref()),
-        &job.resolved,
-        &job.command_id,
-        &job.command,
+        &r.resolved,
+        &r.command_id.as_uuid(),
+        &r.command,
+        &r.decision,
+        &r.decided,
     ];
     match conn.query_opt(&stmt, &params).await.map_err(classify)? {
         Some(row) => Ok(AnswerOutcome::Accepted { journal_seq: row.try_get(0).map_err(classify)? }),
@@ -255,25 +263,24 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
 }
 
 /// After a claim: `GateResolved` in the journal (naming the loop, so every replica's follower
-/// wakes its inbox waiters), the command in the loop's inbox, and the gate pointed at its
-/// resolution, in one statement.
+/// wakes its inbox waiters) and a permission gate's `PermissionDecided` after it, the command in
+/// the loop's inbox, and the gate pointed at its resolution, in one statement.
 async fn deliver(
     conn: &Conn,
     session: SessionId,
     gate_id: GateId,
-    claimed: &Claimed,
-    answer: &Answer,
-    by: &AnsweredBy,
+    loop_id: LoopId,
+    resolution: &Resolution,
 ) -> Result<i64, StoreError> {
-    let now = Timestamp::now();
-    let at = Coordinates::of(session, &claimed.gate, claimed.loop_id);
-    let resolved = to_json(&GateResolved::answered(at, now, gate_id, answer, by));
-    let command = ProvideUserInput::new(at, now, &claimed.gate, answer, by);
     let stmt = conn
         .prepare_cached(
             "WITH event AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, loop_id, event)
                  VALUES (nextval('journal_seq'), $1, $2, 'GateResolved', $3, $4) RETURNING seq),
+             decided AS (
+                 INSERT INTO journal (seq, session_id, gate_id, type, event)
+                 SELECT nextval('journal_seq'), $1, $2, 'PermissionDecided', $7::text
+                 FROM event WHERE $7::text IS NOT NULL),
              command AS (
                  INSERT INTO inbox (seq, session_id, loop_id, command_id, gate_id, command)
                  VALUES (nextval('inbox_seq'), $1, $3, $5, $2, $6)),
@@ -282,13 +289,14 @@ async fn deliver(
         )
         .await
         .map_err(classify)?;
-    let params: [&(dyn ToSql + Sync); 6] = [
+    let params: [&(dyn ToSql + Sync); 7] = [
         &session.as_uuid(),
         &gate_id.as_uuid(),
-        &claimed.loop_id.as_uuid(),
-        &resolved,
-        &command.command_id.as_uuid(),
-        &to_json(&command),
+        &loop_id.as_uuid(),
+        &resolution.resolved,
+        &resolution.command_id.as_uuid(),
+        &resolution.command,
+        &resolution.decided,
     ];
     Ok(conn.query_one(&stmt, &params).await.map_err(classify)?.get(0))
 }
@@ -333,6 +341,7 @@ pub async fn close(
         resolved_seq: Some(seq),
         resolution: Some(json_column(resolved)?),
         answer: None,
+        decision: None,
     }))
 }
 
@@ -375,11 +384,12 @@ async fn expire_one(conn: &Conn, gate_id: GateId) -> Result<Expiry, StoreError> 
         Ok(answer) => answer,
         Err(e) => return Ok(Expiry::Failed(format!("gate {gate_id} has an invalid default answer: {e:?}"))),
     };
-    let session = record.view.session_id;
-    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None).await? else {
+    let (session, loop_id) = (record.view.session_id, record.view.loop_id);
+    let resolution = Resolution::new(session, loop_id, &gate, &answer, &AnsweredBy::Timeout);
+    if claim(conn, session, gate_id, GateState::Resolved, Some(&resolution), None).await?.is_none() {
         return Ok(Expiry::Moot);
-    };
-    Ok(Expiry::Answered(deliver(conn, session, gate_id, &claimed, &answer, &AnsweredBy::Timeout).await?))
+    }
+    Ok(Expiry::Answered(deliver(conn, session, gate_id, loop_id, &resolution).await?))
 }
 
 /// Open gates whose policy answers at a deadline, soonest first.
@@ -424,6 +434,7 @@ pub async fn list(conn: &mut deadpool_postgres::Object, q: &ListQuery) -> Result
         args.push(match param {
             ListParam::Session(session) => Box::new(session.as_uuid()),
             ListParam::States(states) => Box::new(states.iter().map(|s| s.as_str().to_owned()).collect::<Vec<_>>()),
+            ListParam::Text(text) => Box::new(text.to_owned()),
             ListParam::Int(value) => Box::new(value),
         });
         // The states are one array parameter.

@@ -46,7 +46,7 @@ use super::{Background, DatabaseUrl, Health, NewGate, OpenError, PageLimit, Resu
 use crate::bus::Bus;
 use crate::common::innermost_cause;
 use crate::domain::{
-    AskUser, CloseReason, CommandId, GateId, IdError, InboxEntry, LoopId, ServerKey, SessionId, Timestamp,
+    CloseReason, CommandId, GateId, IdError, InboxEntry, LoopId, Question, ServerKey, SessionId, Timestamp,
 };
 use crate::metrics::WriterMetrics;
 use writer::{Writer, WriterHandle};
@@ -199,13 +199,19 @@ impl PgStore {
 }
 
 impl super::MintedGates for PgStore {
-    async fn open_gate(&self, session: SessionId, ask: AskUser, new: NewGate, max_open: usize) -> Result<OpenOutcome> {
-        let ask = Arc::new(ask);
+    async fn open_gate(
+        &self,
+        session: SessionId,
+        question: Question,
+        new: NewGate,
+        max_open: usize,
+    ) -> Result<OpenOutcome> {
+        let question = Arc::new(question);
         self.inner
             .writer
             .write(move |conn| {
-                let ask = Arc::clone(&ask);
-                Box::pin(async move { gates::open(conn, session, &ask, new, max_open).await })
+                let question = Arc::clone(&question);
+                Box::pin(async move { gates::open(conn, session, &question, new, max_open).await })
             })
             .await
     }

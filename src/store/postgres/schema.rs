@@ -103,6 +103,11 @@ CREATE INDEX webhook_attempts_by_status ON webhook_attempts (status, url, journa
     // Version 2: no query plan uses it (the resolution join goes through the journal's key), yet
     // every answer wrote it.
     "DROP INDEX gates_by_resolution;",
+    // Version 3: gates of more than one kind. `kind` is what `GET /v1/gates?kind=` filters on
+    // (every gate before it was an AskUser gate); `decision` is a permission gate's decision as
+    // its view shows it, written by the claim beside `answer` (an AskUser answer's text).
+    "ALTER TABLE gates ADD COLUMN kind text NOT NULL DEFAULT 'harness.ask_user';
+     ALTER TABLE gates ADD COLUMN decision text;",
 ];
 
 /// The schema version this build writes.

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use serde_json::json;
 
 use super::{Durability, gates, schema};
-use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, ServerKey, SessionId, gate::MAX_TIMEOUT_NANOS};
+use crate::domain::{Answer, AnsweredBy, GateId, OpenGateIn, OpenRules, ServerKey, SessionId};
 use crate::store::model::{AnswerOutcome, Idempotency, OpenOutcome};
 use crate::store::{NewGate, OpenError, StoreError};
 
@@ -45,7 +45,7 @@ impl OneTransactionPerAnswer {
                               "question": format!("Baseline question {n}?")});
             let ask = serde_json::from_value::<OpenGateIn>(body)
                 .ok()
-                .and_then(|open| open.validate(MAX_TIMEOUT_NANOS).ok())
+                .and_then(|open| open.validate(OpenRules::default()).ok())
                 .ok_or_else(|| StoreError::Internal("the baseline question is invalid".into()))?;
             let id = GateId::mint();
             let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };

@@ -94,6 +94,7 @@ mod tests {
                 resolved_seq: None,
                 resolution: None,
                 answer: None,
+                decision: None,
             },
             idempotency: None,
         }

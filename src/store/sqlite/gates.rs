@@ -10,12 +10,12 @@ use crate::bus::Effect;
 use crate::domain::events::to_json;
 use crate::domain::view::PageBytes;
 use crate::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView,
-    LoopId, ProvideUserInput, SessionId, Timestamp, UserInputRequested,
+    Answer, AnsweredBy, CloseReason, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
+    PermissionDecided, Question, SessionId, Timestamp,
 };
 use crate::store::model::{
     AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListParam, ListQuery, Listing, OpenOutcome, Opening,
-    parse_gate, unclaimed,
+    Resolution, parse_gate, unclaimed,
 };
 use crate::store::model::{Answering, GateStats};
 use crate::store::{NewGate, StoreError};
@@ -25,7 +25,7 @@ use crate::store::{NewGate, StoreError};
 macro_rules! select_record {
     () => {
         "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
-        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id
+        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id, g.decision
     FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
     };
 }
@@ -50,6 +50,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
             resolved_seq: row.get(7)?,
             resolution: raw_json_opt(row, 8)?,
             answer: row.get(9)?,
+            decision: raw_json_opt(row, 13)?,
         },
         idempotency: key.zip(fingerprint),
     })
@@ -75,17 +76,18 @@ pub fn find(conn: &Connection, gate: GateId) -> rusqlite::Result<Option<GateReco
 pub fn open(
     conn: &Connection,
     session: SessionId,
-    ask: &AskUser,
+    question: &Question,
     new: NewGate,
     max_open: usize,
     effects: &mut Vec<Effect>,
 ) -> Result<OpenOutcome, StoreError> {
-    let content = ask.content.canonical();
+    let content = question.canonical();
+    let (loop_id, tool_execution_id) = (question.loop_id(), question.tool_execution_id());
     let existing: Option<(String, String)> = conn
         .prepare_cached(
             "SELECT gate_id, content FROM gates WHERE session_id = ?1 AND loop_id = ?2 AND tool_execution_id = ?3",
         )?
-        .query_row(params![session.to_string(), ask.loop_id.to_string(), ask.tool_execution_id.to_string()], |r| {
+        .query_row(params![session.to_string(), loop_id.to_string(), tool_execution_id.to_string()], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .optional()?;
@@ -101,19 +103,19 @@ pub fn open(
         return Ok(OpenOutcome::Capacity);
     }
 
-    let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, ask, new.id);
+    let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, question, new.id);
     let opened_seq = journal::append(conn, effects, session, gate.id, GateOpened::TYPE, opened)?;
-    journal::append(conn, effects, session, gate.id, UserInputRequested::TYPE, requested)?;
+    journal::append(conn, effects, session, gate.id, requested.0, requested.1)?;
     conn.prepare_cached(
         "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at,
-                            deadline, respond_at, link_digest)
-         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                            deadline, respond_at, link_digest, kind)
+         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
     .execute(params![
         gate.id.to_string(),
         session.to_string(),
-        ask.loop_id.to_string(),
-        ask.tool_execution_id.to_string(),
+        loop_id.to_string(),
+        tool_execution_id.to_string(),
         content,
         to_json(&gate),
         opened_seq,
@@ -121,6 +123,7 @@ pub fn open(
         deadline.map(Timestamp::as_nanos),
         respond_at.map(Timestamp::as_nanos),
         new.link_digest.as_slice(),
+        gate.kind,
     ])?;
     if let Some(at) = respond_at {
         effects.push(Effect::Deadline(gate.id, at));
@@ -170,15 +173,18 @@ pub fn answer(
     effects: &mut Vec<Effect>,
 ) -> Result<AnswerOutcome, StoreError> {
     let (session, gate_id) = (target.session, target.gate_id);
+    let resolution = Resolution::new(session, target.loop_id, &target.gate, answer, by);
+    // The claim of `claim`, without reading the gate back (it is in hand).
     let claimed = conn
         .prepare_cached(
-            "UPDATE gates SET state = 'resolved', answer = ?3, idempotency_key = ?4, fingerprint = ?5
+            "UPDATE gates SET state = 'resolved', answer = ?3, decision = ?4, idempotency_key = ?5, fingerprint = ?6
              WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'",
         )?
         .execute(params![
             gate_id.to_string(),
             session.to_string(),
-            &answer.text,
+            resolution.answer_text,
+            resolution.decision,
             key.map(|k| &k.key),
             key.map(|k| &k.fingerprint)
         ])?;
@@ -186,25 +192,25 @@ pub fn answer(
         // Lost the race (or never had a chance): the same key check as before the claim.
         return not_open(conn, session, gate_id, key);
     }
-    let seq = deliver(conn, effects, session, gate_id, (target.loop_id, &target.gate), answer, by)?;
+    let seq = deliver(conn, effects, session, gate_id, target.loop_id, resolution)?;
     Ok(AnswerOutcome::Accepted { journal_seq: seq })
 }
 
-/// After a claim: append `GateResolved` and put `ProvideUserInput` in the owning loop's inbox.
+/// After a claim: append `GateResolved` (and a permission gate's `PermissionDecided`) and put the
+/// command in the owning loop's inbox.
 fn deliver(
     conn: &Connection,
     effects: &mut Vec<Effect>,
     session: SessionId,
     gate_id: GateId,
-    (loop_id, gate): (LoopId, &Gate),
-    answer: &Answer,
-    by: &AnsweredBy,
+    loop_id: LoopId,
+    resolution: Resolution,
 ) -> Result<i64, StoreError> {
-    let now = Timestamp::now();
-    let at = Coordinates::of(session, gate, loop_id);
-    let seq = resolve(conn, effects, session, &GateResolved::answered(at, now, gate_id, answer, by))?;
-    let command = ProvideUserInput::new(at, now, gate, answer, by);
-    inbox::enqueue(conn, session, loop_id, gate_id, command.command_id, &to_json(&command))?;
+    let seq = resolve(conn, effects, session, gate_id, resolution.resolved)?;
+    if let Some(decided) = resolution.decided {
+        journal::append(conn, effects, session, gate_id, PermissionDecided::TYPE, decided)?;
+    }
+    inbox::enqueue(conn, session, loop_id, gate_id, resolution.command_id, &resolution.command)?;
     effects.push(Effect::Inbox(session, loop_id));
     Ok(seq)
 }
@@ -220,12 +226,12 @@ pub fn expire(conn: &Connection, gate_id: GateId, effects: &mut Vec<Effect>) -> 
     let Some(template) = gate.default_answer() else { return Ok(Expiry::Moot) };
     let answer = Answer::check(&gate, Some(&template.action), Some(&template.values))
         .map_err(|e| StoreError::Internal(format!("gate {gate_id} has an invalid default answer: {e:?}")))?;
-    let session = record.view.session_id;
-    let Some(claimed) = claim(conn, session, gate_id, GateState::Resolved, Some(&answer), None)? else {
+    let (session, loop_id) = (record.view.session_id, record.view.loop_id);
+    let resolution = Resolution::new(session, loop_id, &gate, &answer, &AnsweredBy::Timeout);
+    if claim(conn, session, gate_id, GateState::Resolved, Some(&resolution), None)?.is_none() {
         return Ok(Expiry::Moot);
-    };
-    let target = (claimed.loop_id, &claimed.gate);
-    Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, target, &answer, &AnsweredBy::Timeout)?))
+    }
+    Ok(Expiry::Answered(deliver(conn, effects, session, gate_id, loop_id, resolution)?))
 }
 
 /// Open gates whose policy answers at a deadline, soonest first.
@@ -252,7 +258,7 @@ pub fn close(
         });
     };
     let at = Coordinates::of(session, &gate, loop_id);
-    resolve(conn, effects, session, &GateResolved::closed(at, Timestamp::now(), gate_id, reason))?;
+    resolve(conn, effects, session, gate_id, to_json(&GateResolved::closed(at, Timestamp::now(), gate_id, reason)))?;
     Ok(CloseOutcome::Closed(view(conn, gate_id)?))
 }
 
@@ -263,19 +269,19 @@ struct Claimed {
 }
 
 /// The claim: a conditional write that moves the gate out of `open` only if it is still open
-/// (and in this session), recording the winner's answer and key. `None` when it was not open; the
-/// unique index on resolutions guards this again.
+/// (and in this session), recording what it keeps of the winner's answer, and its key. `None`
+/// when it was not open; the unique index on resolutions guards this again.
 fn claim(
     conn: &Connection,
     session: SessionId,
     gate_id: GateId,
     to: GateState,
-    answer: Option<&Answer>,
+    resolution: Option<&Resolution>,
     key: Option<&Idempotency>,
 ) -> Result<Option<Claimed>, StoreError> {
     let claimed: Option<(String, String)> = conn
         .prepare_cached(
-            "UPDATE gates SET state = ?3, answer = ?4, idempotency_key = ?5, fingerprint = ?6
+            "UPDATE gates SET state = ?3, answer = ?4, decision = ?5, idempotency_key = ?6, fingerprint = ?7
              WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
              RETURNING loop_id, gate",
         )?
@@ -284,7 +290,8 @@ fn claim(
                 gate_id.to_string(),
                 session.to_string(),
                 to.as_str(),
-                answer.map(|a| &a.text),
+                resolution.and_then(|r| r.answer_text.as_deref()),
+                resolution.and_then(|r| r.decision.as_deref()),
                 key.map(|k| &k.key),
                 key.map(|k| &k.fingerprint),
             ],
@@ -301,10 +308,10 @@ fn resolve(
     conn: &Connection,
     effects: &mut Vec<Effect>,
     session: SessionId,
-    resolved: &GateResolved,
+    gate: GateId,
+    resolved: String,
 ) -> Result<i64, StoreError> {
-    let gate = resolved.gate_id;
-    let seq = journal::append(conn, effects, session, gate, GateResolved::TYPE, to_json(resolved))?;
+    let seq = journal::append(conn, effects, session, gate, GateResolved::TYPE, resolved)?;
     conn.prepare_cached("UPDATE gates SET resolved_seq = ?2 WHERE gate_id = ?1")?
         .execute(params![gate.to_string(), seq])?;
     effects.push(Effect::Gate(gate));
@@ -326,6 +333,7 @@ pub fn list(conn: &Connection, q: &ListQuery) -> rusqlite::Result<Listing> {
             let marks: Vec<String> = states.iter().map(|s| bind(SqlValue::Text(s.as_str().to_owned()))).collect();
             format!("IN ({})", marks.join(", "))
         }
+        ListParam::Text(text) => bind(SqlValue::Text(text.to_owned())),
         ListParam::Int(value) => bind(SqlValue::Integer(value)),
     });
     let mut stmt = tx.prepare_cached(&sql)?;

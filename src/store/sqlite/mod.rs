@@ -35,7 +35,7 @@ use super::model::{
 use super::{Health, NewGate, OpenError, Result, StoreError};
 
 use crate::bus::{Bus, Effect};
-use crate::domain::{AskUser, CloseReason, CommandId, GateId, InboxEntry, LoopId, ServerKey, SessionId, Timestamp};
+use crate::domain::{CloseReason, CommandId, GateId, InboxEntry, LoopId, Question, ServerKey, SessionId, Timestamp};
 use crate::metrics::WriterMetrics;
 use checkpointer::Checkpointer;
 use writer::{Job, Msg, Writer};
@@ -268,8 +268,14 @@ impl SqliteStore {
 }
 
 impl super::MintedGates for SqliteStore {
-    async fn open_gate(&self, session: SessionId, ask: AskUser, new: NewGate, max_open: usize) -> Result<OpenOutcome> {
-        self.write(move |conn, effects| gates::open(conn, session, &ask, new, max_open, effects)).await
+    async fn open_gate(
+        &self,
+        session: SessionId,
+        question: Question,
+        new: NewGate,
+        max_open: usize,
+    ) -> Result<OpenOutcome> {
+        self.write(move |conn, effects| gates::open(conn, session, &question, new, max_open, effects)).await
     }
 
     async fn gate_by_link(&self, digest: [u8; 32]) -> Result<Option<GateRecord>> {

@@ -25,6 +25,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { sql: FIRST, then: None },
     Migration { sql: LINK_DIGESTS, then: Some(digest_links) },
     Migration { sql: NO_RESOLUTION_INDEX, then: None },
+    Migration { sql: GATE_KINDS, then: None },
 ];
 
 const FIRST: &str = r#"
@@ -123,6 +124,14 @@ CREATE UNIQUE INDEX gates_by_link_digest ON gates (link_digest);
 /// through a temporary b-tree either way, and the resolution join goes through the journal's
 /// key), yet every answer wrote it.
 const NO_RESOLUTION_INDEX: &str = "DROP INDEX gates_by_resolution;";
+
+/// Version 4: gates of more than one kind. `kind` is what `GET /v1/gates?kind=` filters on (every
+/// gate before it was an AskUser gate); `decision` is a permission gate's decision as its view
+/// shows it, written by the claim beside `answer` (an AskUser answer's text).
+const GATE_KINDS: &str = r#"
+ALTER TABLE gates ADD COLUMN kind TEXT NOT NULL DEFAULT 'harness.ask_user';
+ALTER TABLE gates ADD COLUMN decision TEXT;
+"#;
 
 /// Replaces each stored token with its keyed digest, and forgets the key, overwriting what is
 /// deleted (`secure_delete`), so neither the tokens nor the key stay readable in free pages.
