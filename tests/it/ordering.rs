@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gatehouse::domain::{AskUser, OpenGateIn, SessionId};
+use gatehouse::domain::{OpenGateIn, OpenRules, Question, SessionId};
 use gatehouse::store::postgres::PgSettings;
 use gatehouse::store::{DatabaseUrl, JournalRange, OpenOutcome, PageLimit, Store, StoreSettings};
 use serde_json::json;
@@ -25,9 +25,9 @@ struct Pause {
     release: Semaphore,
 }
 
-fn ask() -> AskUser {
+fn ask() -> Question {
     let body = json!({"loop_id": uuid(), "tool_execution_id": uuid(), "question": "In order?"});
-    serde_json::from_value::<OpenGateIn>(body).unwrap().validate(i64::MAX).unwrap()
+    serde_json::from_value::<OpenGateIn>(body).unwrap().validate(OpenRules::default()).unwrap()
 }
 
 async fn open(store: &Store, session: SessionId) -> i64 {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use gatehouse::domain::{
-    Answer, AnsweredBy, AskUser, CloseReason, Gate, GateId, GateState, LoopId, OpenGateIn, SessionId, Timestamp,
+    Answer, AnsweredBy, CloseReason, Gate, GateId, GateState, LoopId, OpenGateIn, OpenRules, Question, SessionId,
+    Timestamp,
 };
 use gatehouse::store::postgres::PgSettings;
 use gatehouse::store::sqlite::SqliteSettings;
@@ -68,11 +69,14 @@ pub fn backends(dir: &Path, name: &str) -> Vec<(&'static str, StoreSettings)> {
 }
 
 /// A question as an agent would send it.
-fn ask(loop_id: LoopId, tool: &str, body: Value) -> AskUser {
+fn ask(loop_id: LoopId, tool: &str, body: Value) -> Question {
     let mut body = body;
     body["loop_id"] = json!(loop_id.to_string());
     body["tool_execution_id"] = json!(tool);
-    serde_json::from_value::<OpenGateIn>(body).expect("an open body").validate(i64::MAX).expect("a valid question")
+    serde_json::from_value::<OpenGateIn>(body)
+        .expect("an open body")
+        .validate(OpenRules::default())
+        .expect("a valid question")
 }
 
 fn question(text: &str) -> Value {
@@ -240,6 +244,7 @@ async fn story(store: &Store) {
         .list_gates(ListQuery {
             session: Some(session),
             states: vec![],
+            kind: None,
             order: ListOrder::Opened,
             page: page(2),
             after: None,
@@ -255,6 +260,7 @@ async fn story(store: &Store) {
         .list_gates(ListQuery {
             session: Some(session),
             states: vec![GateState::Open],
+            kind: None,
             order: ListOrder::Opened,
             page: page(10),
             after: None,
