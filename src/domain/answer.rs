@@ -189,19 +189,25 @@ pub struct CloseIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ids::GateId;
-    use crate::domain::open::{OpenGateIn, OpenRules};
+    use crate::domain::ask_user::{AskContent, AskUser, DEFAULT_TITLE};
+    use crate::domain::ids::{GateId, LoopId, ToolExecutionId};
 
-    fn gate(extra: Value) -> Gate {
-        let mut open = serde_json::json!({
-            "loop_id": "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff",
-            "tool_execution_id": "7e8f9a0b-1c2d-4e3f-9a0b-1c2d3e4f5a6b",
-            "question": "Which?"
-        });
-        open.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        let open: OpenGateIn = serde_json::from_value(open).unwrap();
-        open.validate(OpenRules::default()).unwrap().gate(GateId::mint())
+    fn gate(choices: &[&str], allow_other: bool) -> Gate {
+        let content = AskContent {
+            question: "Which?".into(),
+            choices: choices.iter().map(|c| c.to_string()).collect(),
+            allow_other,
+            title: DEFAULT_TITLE.into(),
+            turn_id: None,
+            step_id: None,
+            response_policy: None,
+        };
+        let ids = (LoopId::parse(LOOP).unwrap(), ToolExecutionId::parse(TOOL).unwrap());
+        AskUser { loop_id: ids.0, tool_execution_id: ids.1, content }.gate(GateId::mint())
     }
+
+    const LOOP: &str = "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff";
+    const TOOL: &str = "7e8f9a0b-1c2d-4e3f-9a0b-1c2d3e4f5a6b";
 
     fn check(gate: &Gate, body: Value) -> Result<Answer, AnswerRejection> {
         let body: AnswerIn = serde_json::from_value(body).unwrap();
@@ -217,16 +223,16 @@ mod tests {
 
     #[test]
     fn choices_are_exact_unless_other_is_allowed() {
-        let strict = gate(serde_json::json!({"choices": ["Postgres", "mysql"]}));
+        let strict = gate(&["Postgres", "mysql"], false);
         let body = serde_json::json!({"action": "answer", "values": {"answer": "postgres"}});
         assert_eq!(codes(check(&strict, body.clone())), [("/values/answer".into(), FieldCode::NotAChoice)]);
-        let open = gate(serde_json::json!({"choices": ["Postgres"], "allow_other": true}));
+        let open = gate(&["Postgres"], true);
         assert_eq!(check(&open, body).unwrap().text(), Some("postgres"));
     }
 
     #[test]
     fn value_problems() {
-        let g = gate(serde_json::json!({}));
+        let g = gate(&[], false);
         let cases = [
             (serde_json::json!({"action": "answer"}), "/values/answer", FieldCode::Required),
             (serde_json::json!({"action": "answer", "values": {"answer": 1}}), "/values/answer", FieldCode::Type),
@@ -246,7 +252,7 @@ mod tests {
 
     #[test]
     fn action_must_be_a_control() {
-        let g = gate(serde_json::json!({}));
+        let g = gate(&[], false);
         let r = check(&g, serde_json::json!({"action": "Answer", "values": {"answer": "x"}}));
         assert_eq!(r, Err(AnswerRejection::Action("Answer".into())));
     }

@@ -183,7 +183,7 @@ async fn bad_open_requests_are_refused_with_field_details() {
     unknown["payload"] = json!({});
     app.post(&path, &unknown).await.expect_error(400, "invalid_body");
     let mut other_kind = ask(&uuid(), &uuid(), "Q");
-    other_kind["kind"] = json!("harness.permission");
+    other_kind["kind"] = json!("harness.form");
     app.post(&path, &other_kind).await.expect_error(400, "gate_kind_mismatch");
 
     assert!(app.journal().await.is_empty(), "refused opens write nothing");
