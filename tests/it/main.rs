@@ -21,6 +21,7 @@ mod layering;
 mod metrics;
 mod ordering;
 mod pages;
+mod permissions;
 mod readme;
 mod replicas;
 mod store_story;
