@@ -61,6 +61,32 @@ pub fn answer(text: &str) -> Value {
     json!({"action": "answer", "values": {"answer": text}})
 }
 
+/// Sends `n` answers to the gate at `path` all at once, racer `i` through `clients[i % len]` with
+/// `body(i)`, and checks the race had one winner (`202`) and that every loser was told of the
+/// same winner (`409 gate_not_ready` naming one resolution). Returns the winner's index.
+pub async fn race_answers(clients: &[Client], path: &str, n: usize, body: impl Fn(usize) -> Value) -> usize {
+    let http: Vec<reqwest::Client> =
+        clients.iter().map(|_| reqwest::Client::builder().no_proxy().build().unwrap()).collect();
+    let racers = (0..n).map(|i| {
+        let request = http[i % http.len()].post(format!("{}{path}", clients[i % clients.len()].base)).json(&body(i));
+        async move {
+            let resp = bounded("a racer's answer", request.send()).await.expect("an answer");
+            let status = resp.status().as_u16();
+            (i, status, resp.json::<Value>().await.expect("a JSON body"))
+        }
+    });
+    let results = futures_util::future::join_all(racers).await;
+    let winners: Vec<usize> = results.iter().filter(|(_, status, _)| *status == 202).map(|(i, _, _)| *i).collect();
+    assert_eq!(winners.len(), 1, "one winner among {n} answers");
+    let mut names = std::collections::HashSet::new();
+    for (_, status, body) in results.iter().filter(|(_, status, _)| *status != 202) {
+        assert_eq!((*status, body["error"]["code"].as_str()), (409, Some("gate_not_ready")), "{body}");
+        names.insert(body["error"]["resolution"]["event_id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(names.len(), 1, "every loser is told of the same winner");
+    winners[0]
+}
+
 /// A response, read whole.
 #[derive(Debug, Clone)]
 pub struct Resp {

@@ -1,5 +1,6 @@
-//! The kill test (issue 10), Jepsen-style: agents open gates, wait and ack their inboxes;
-//! answerers race on the same gates, some retrying with an `Idempotency-Key`; meanwhile the real
+//! The kill test (issue 10), Jepsen-style: agents open gates (AskUser questions and permission
+//! gates, in turn), wait and ack their inboxes; answerers race on the same gates, some retrying
+//! with an `Idempotency-Key`, approving, editing or denying the permission gates; meanwhile the real
 //! binary is SIGKILLed at random moments and restarted. Every request is recorded with its
 //! outcome — ok, refused, not sent, or unknown when the connection died mid-request — and a
 //! checker then proves from the history and the server's final state that no acknowledged answer
@@ -87,8 +88,9 @@ struct History {
     opens: Vec<(String, String, Outcome)>,
     answers: Vec<AnswerOp>,
     acks: Vec<(String, Outcome)>,
-    /// (session, gate id) of every gate whose open was acknowledged, newest last.
-    open_gates: Vec<(String, String)>,
+    /// (session, gate id, whether it is a permission gate) of every gate whose open was
+    /// acknowledged, newest last.
+    open_gates: Vec<(String, String, bool)>,
 }
 
 /// Sends one request and classifies what happened. A `503` is unknown too: after a failed COMMIT
@@ -132,9 +134,17 @@ async fn backoff(outcome: &Outcome) {
 async fn agent(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>, mut rng: Rng) {
     let http = worker_client();
     let (session, loop_id) = (uuid(), uuid());
+    let mut permission = false;
     while !stop.load(Ordering::Relaxed) {
         let tool = uuid();
-        let body = json!({"loop_id": loop_id, "tool_execution_id": tool, "question": format!("Kill test {tool}?")});
+        permission = !permission;
+        let body = if permission {
+            json!({"kind": "harness.permission", "loop_id": loop_id, "tool_execution_id": tool, "tool_name": "Bash",
+                   "tool_input": {"note": "as asked"}, "editable": true,
+                   "tool_input_schema": {"type": "object", "required": ["note"]}})
+        } else {
+            json!({"loop_id": loop_id, "tool_execution_id": tool, "question": format!("Kill test {tool}?")})
+        };
         // Re-asking with the same tool execution id is idempotent: it finds the same gate.
         for _ in 0..50 {
             let base = servers.pick(&mut rng);
@@ -145,7 +155,7 @@ async fn agent(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<Histo
                 h.opens.push((session.clone(), tool.clone(), outcome.clone()));
                 if let Outcome::Ok(_, view) = &outcome {
                     let gate = view["gate"]["id"].as_str().expect("gate id").to_owned();
-                    h.open_gates.push((session.clone(), gate));
+                    h.open_gates.push((session.clone(), gate, permission));
                 }
                 matches!(outcome, Outcome::Ok(..))
             };
@@ -183,13 +193,20 @@ async fn answerer(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<Hi
             let newest = &h.open_gates[h.open_gates.len().saturating_sub(RACE_WINDOW)..];
             (!newest.is_empty()).then(|| newest[rng.below(newest.len() as u64) as usize].clone())
         };
-        let Some((session, gate)) = target else {
+        let Some((session, gate, permission)) = target else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         let value = format!("answer-{}", uuid());
         let key = (rng.below(2) == 0).then(uuid);
-        let body = json!({"action": "answer", "values": {"answer": value}});
+        // What `decided` reads back from the gate's command: an edit's note, a denial's reason,
+        // and for an approval as asked the same value for everyone (they answer alike).
+        let (value, body) = match (permission, rng.below(3)) {
+            (false, _) => (value.clone(), json!({"action": "answer", "values": {"answer": value}})),
+            (true, 0) => (value.clone(), json!({"action": "Approve", "values": {"tool_input": {"note": value}}})),
+            (true, 1) => (value.clone(), json!({"action": "Deny", "values": {"reason": value}})),
+            (true, _) => (format!("as asked {gate}"), json!({"action": "Approve"})),
+        };
         for _ in 0..50 {
             let base = servers.pick(&mut rng);
             let mut req = http.post(format!("{base}/v1/sessions/{session}/gates/{gate}")).json(&body);
@@ -389,14 +406,14 @@ async fn check(servers: &[Client], history: &History) -> Result<String, String> 
             if entry["command"]["tool_execution_id"].as_str() != Some(tool.as_str()) {
                 faults.push(format!("gate {gate}: its command names another tool execution"));
             }
-            answers.insert(gate.clone(), entry["command"]["answer"].as_str().unwrap().to_owned());
+            answers.insert(gate.clone(), decided(gate, &entry["command"]));
         }
     }
 
     // Every acknowledged open survived.
     let acked_opens = history.opens.iter().filter(|(_, _, o)| o.applied_for_sure()).count();
     let mut lost = 0;
-    for (_, gate) in &history.open_gates {
+    for (_, gate, _) in &history.open_gates {
         if !gate_loop.contains_key(gate) {
             lost += 1;
         }
@@ -462,4 +479,16 @@ async fn check(servers: &[Client], history: &History) -> Result<String, String> 
         resolutions.len(),
         acks_ok.len()
     ))
+}
+
+/// The answer a gate's command carries, in the answerers' values: an AskUser answer's text, an
+/// edit's note, a denial's reason, or `as asked {gate}` for an approval of the input as it was.
+fn decided(gate: &str, command: &Value) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match command["type"].as_str() {
+        Some("ApproveToolCall") if command["edited"] == true => text(&command["tool_input"]["note"]),
+        Some("ApproveToolCall") => format!("as asked {gate}"),
+        Some("DenyToolCall") => text(&command["reason"]),
+        _ => text(&command["answer"]),
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually, gate_id, uuid};
+use crate::helpers::{TestApp, eventually, gate_id, race_answers, uuid};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/permission/");
 
@@ -18,7 +18,7 @@ fn fixture(name: &str) -> Value {
 }
 
 /// A permission request for `Bash` with an editable input and its schema.
-fn request(loop_id: &str, tool: &str) -> Value {
+pub fn request(loop_id: &str, tool: &str) -> Value {
     json!({
         "kind": "harness.permission", "loop_id": loop_id, "tool_execution_id": tool,
         "tool_name": "Bash", "summary": "Run the migration",
@@ -478,4 +478,50 @@ async fn the_default_policy_denies_at_its_deadline() {
     .await;
     let command = only_command(&app, &approves).await;
     assert_eq!((command["type"].as_str(), command["action"].as_str()), (Some("ApproveToolCall"), Some("Approve")));
+}
+
+/// Racer `i`'s decision on a `request` gate: an edit, a denial or a plain approval, each telling
+/// whose it was.
+pub fn racer(i: usize) -> Value {
+    match i % 3 {
+        0 => json!({"action": "Approve", "values": {"tool_input": {"command": format!("./racer {i}")}}}),
+        1 => json!({"action": "Deny", "values": {"reason": format!("racer {i}")}}),
+        _ => json!({"action": "Approve", "values": {"note": format!("racer {i}")}}),
+    }
+}
+
+/// The winner's decision is the gate's, and its command carries exactly it.
+pub fn check_winner(winner: usize, view: &Value, command: &Value) {
+    let decision = &view["decision"];
+    match winner % 3 {
+        0 => {
+            let input = json!({"command": format!("./racer {winner}")});
+            assert_eq!((&decision["tool_input"], &decision["edited"]), (&input, &json!(true)), "{view}");
+            assert_eq!((command["type"].as_str(), &command["tool_input"]), (Some("ApproveToolCall"), &input));
+        }
+        1 => {
+            let reason = format!("racer {winner}");
+            assert_eq!(decision["reason"], reason.as_str(), "{view}");
+            assert_eq!(
+                (command["type"].as_str(), command["reason"].as_str()),
+                (Some("DenyToolCall"), Some(reason.as_str()))
+            );
+        }
+        _ => {
+            assert_eq!((decision["effect"].as_str(), decision["edited"].as_bool()), (Some("approve"), Some(false)));
+            assert_eq!((command["type"].as_str(), command.get("edited")), (Some("ApproveToolCall"), None));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_decisions_on_one_gate_have_one_winner() {
+    let app = TestApp::spawn_with(|args| args.http.max_unauthenticated_per_address = 4096).await;
+    let gate = open(&app, request).await;
+    let winner = race_answers(&[app.client.clone()], &gate.path(), 1000, racer).await;
+    let events = events_of(&app, &gate.gate).await;
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["GateOpened", "PermissionRequested", "GateResolved", "PermissionDecided"]);
+    let command = only_command(&app, &gate).await;
+    check_winner(winner, &app.get(&gate.path()).await.expect(200).json(), &command);
 }

@@ -4,16 +4,17 @@
 //! PostgreSQL itself crashing under a replica. PostgreSQL only: on SQLite each test says it is
 //! skipped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use futures_util::future::join_all;
 use serde_json::{Value, json};
 
 use crate::database::{OwnCluster, on_postgres};
-use crate::helpers::{Client, EventStream, ServerProcess, ask, bounded, eventually, gate_id, temp_db, uuid};
+use crate::helpers::{
+    Client, EventStream, ServerProcess, ask, bounded, eventually, gate_id, race_answers, temp_db, uuid,
+};
 
 fn skipped() -> bool {
     if !on_postgres() {
@@ -58,28 +59,14 @@ async fn a_thousand_answers_spread_over_three_replicas_have_one_winner() {
     };
     let (session, loop_id, gate) = replicas[0].open_asking("Who wins?").await;
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    // One HTTP client per replica; every request its own answer, sent all at once.
-    let http: Vec<reqwest::Client> = (0..3).map(|_| reqwest::Client::builder().no_proxy().build().unwrap()).collect();
-    let racers = (0..1000).map(|i| {
-        let url = format!("{}{path}", replicas[i % 3].base);
-        let request =
-            http[i % 3].post(url).json(&json!({"action": "answer", "values": {"answer": format!("racer {i}")}}));
-        async move {
-            let resp = bounded("a racer's answer", request.send()).await.expect("an answer");
-            let status = resp.status().as_u16();
-            (i, status, resp.json::<Value>().await.expect("a JSON body"))
-        }
-    });
-    let results = join_all(racers).await;
-    let winners: Vec<_> = results.iter().filter(|(_, status, _)| *status == 202).collect();
-    assert_eq!(winners.len(), 1, "one winner among a thousand answers on three replicas");
-    let winner = winners[0].0;
-    let mut names = HashSet::new();
-    for (_, status, body) in results.iter().filter(|(_, status, _)| *status != 202) {
-        assert_eq!((*status, body["error"]["code"].as_str()), (409, Some("gate_not_ready")), "{body}");
-        names.insert(body["error"]["resolution"]["event_id"].as_str().unwrap().to_owned());
-    }
-    assert_eq!(names.len(), 1, "every loser is told of the same winner");
+    let clients: Vec<Client> = replicas.iter().map(|r| r.client.clone()).collect();
+    let winner = race_answers(
+        &clients,
+        &path,
+        1000,
+        |i| json!({"action": "answer", "values": {"answer": format!("racer {i}")}}),
+    )
+    .await;
 
     for replica in &replicas {
         let view = replica.view(&session, &gate).await;
@@ -89,6 +76,25 @@ async fn a_thousand_answers_spread_over_three_replicas_have_one_winner() {
     let inbox = replicas[2].inbox_all(&session, &loop_id).await;
     assert_eq!(inbox.len(), 1, "one command");
     assert_eq!(inbox[0]["command"]["answer"], format!("racer {winner}"));
+}
+
+#[tokio::test]
+async fn a_thousand_decisions_on_one_permission_gate_over_three_replicas_have_one_winner() {
+    let Some((_dir, replicas)) = three_fresh_replicas() else {
+        return;
+    };
+    let (session, loop_id) = (uuid(), uuid());
+    let body = crate::permissions::request(&loop_id, &uuid());
+    let gate = gate_id(&replicas[0].open(&session, &body).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let clients: Vec<Client> = replicas.iter().map(|r| r.client.clone()).collect();
+    let winner = race_answers(&clients, &path, 1000, crate::permissions::racer).await;
+    for replica in &replicas {
+        assert_eq!(resolutions_of(replica, &gate).await, 1);
+    }
+    let inbox = replicas[1].inbox_all(&session, &loop_id).await;
+    assert_eq!(inbox.len(), 1, "one command");
+    crate::permissions::check_winner(winner, &replicas[2].view(&session, &gate).await, &inbox[0]["command"]);
 }
 
 #[tokio::test]
