@@ -13,9 +13,9 @@ use crate::helpers::{TestApp, bounded};
 const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
 const DEFAULT_URL_LINE: &str = "GATEHOUSE=http://127.0.0.1:8080";
 
-/// The shell block after the `<!-- walkthrough -->` marker.
-fn walkthrough() -> &'static str {
-    let after = README.split("<!-- walkthrough -->").nth(1).expect("README has a walkthrough marker");
+/// The shell block after the `<!-- {marker} -->` marker.
+fn walkthrough(marker: &str) -> &'static str {
+    let after = README.split(&format!("<!-- {marker} -->")).nth(1).expect("README has the walkthrough marker");
     let start = after.find("```sh\n").expect("a sh block follows the marker") + "```sh\n".len();
     let len = after[start..].find("```").expect("the block ends");
     &after[start..start + len]
@@ -23,7 +23,7 @@ fn walkthrough() -> &'static str {
 
 #[tokio::test]
 async fn the_readme_walkthrough_runs_as_written() {
-    let script = walkthrough();
+    let script = walkthrough("walkthrough");
     assert!(script.contains(DEFAULT_URL_LINE), "the walk-through targets the default address");
     for tool in ["curl", "jq"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap().status.success();
@@ -63,6 +63,32 @@ async fn the_readme_walkthrough_runs_as_written() {
             .json();
         assert_eq!(all["commands"][0]["command"]["answer"], "postgres");
     }
+}
+
+#[tokio::test]
+async fn the_readme_approval_walkthrough_runs_as_written() {
+    let script = walkthrough("walkthrough-approval");
+    assert!(script.contains(DEFAULT_URL_LINE), "the walk-through targets the default address");
+    let app = TestApp::spawn().await;
+    let script = script.replace(DEFAULT_URL_LINE, &format!("GATEHOUSE={}", app.base));
+    let output = bounded(
+        "approval walk-through",
+        tokio::process::Command::new("bash").args(["-euo", "pipefail", "-c", &script]).output(),
+    )
+    .await
+    .expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the walk-through failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    // What it prints is what it says: the refused edit's field, then the command and decision.
+    for line in [
+        r#""path":"/values/tool_input/command""#,
+        r#"{"type":"ApproveToolCall","tool_input":{"command":"./deploy.sh --env staging"},"edited":true}"#,
+        r#"{"effect":"approve","edited":true,"tool_input":{"command":"./deploy.sh --env staging"}}"#,
+    ] {
+        assert!(stdout.contains(line), "{line} not in:\n{stdout}");
+    }
+    let gates = app.get("/v1/gates?kind=harness.permission").await.expect(200).json();
+    assert_eq!(gates["gates"][0]["decision"]["tool_input"]["command"], "./deploy.sh --env staging");
 }
 
 /// One flag of `serve` as `--help` shows it.
