@@ -502,3 +502,53 @@ async fn a_delivery_in_flight_at_sigterm_is_finished_and_not_sent_again() {
     eventually("every event delivered", async || receiver.ids().last() == expected.last()).await;
     assert_eq!(receiver.ids(), expected, "every webhook-id once, none twice across the restart");
 }
+
+#[tokio::test]
+async fn permission_gates_notify_their_events_and_take_signed_and_linked_decisions() {
+    let (receiver, _dir, app) = app_with_receiver(|_| {}).await;
+    let (session, loop_id) = (uuid(), uuid());
+    let linked = gate_id(&app.open(&session, &crate::permissions::request(&loop_id, &uuid())).await);
+    let signed_gate = gate_id(&app.open(&session, &crate::permissions::request(&loop_id, &uuid())).await);
+    eventually("both gates' two events", async || receiver.got().len() >= 4).await;
+    let types = |got: &[Received]| {
+        got.iter().map(|r| r.json()["event"]["type"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(types(&receiver.got()), ["GateOpened", "PermissionRequested", "GateOpened", "PermissionRequested"]);
+
+    // The answer link takes an edit, checked like any other answer.
+    let link = receiver.got()[0].json()["answer_url"].as_str().unwrap().to_owned();
+    let path = link.strip_prefix(&app.base).unwrap().to_owned();
+    let bad = json!({"action": "Approve", "values": {"tool_input": {"command": 1}}});
+    app.post(&path, &bad).await.expect_error(400, "gate_values_invalid");
+    let edit = json!({"command": "./migrate --env staging"});
+    app.post(&path, &json!({"action": "Approve", "values": {"tool_input": edit}})).await.expect(202);
+    let view = app.view(&session, &linked).await;
+    assert_eq!(
+        (view["decision"]["tool_input"].clone(), view["decision"]["principal"].clone()),
+        (edit, json!("answer-link"))
+    );
+
+    // A signed denial, as a chat integration would send it.
+    let body =
+        json!({"gate_id": signed_gate, "action": "Deny", "values": {"reason": "ask again on Monday"}}).to_string();
+    let now = gatehouse::domain::Timestamp::now().unix_seconds();
+    let signed = Signed::new(INBOUND, "msg_deny", now, body.as_bytes());
+    let answer = format!("/v1/sessions/{session}/gates/{signed_gate}");
+    app.send(reqwest::Method::POST, &answer, &signed.headers(), Some(body.into_bytes())).await.expect(202);
+    assert_answered_by_webhook(&app, &session, &signed_gate).await;
+    assert_eq!(app.view(&session, &signed_gate).await["decision"]["reason"], "ask again on Monday");
+
+    eventually("both decisions' two events", async || receiver.got().len() >= 8).await;
+    let got = receiver.got();
+    assert_eq!(types(&got[4..]), ["GateResolved", "PermissionDecided", "GateResolved", "PermissionDecided"]);
+    let decided = got[7].json();
+    assert_eq!(
+        (decided["event"]["effect"].as_str(), decided["event"]["message"].as_str()),
+        (Some("deny"), Some("ask again on Monday"))
+    );
+    assert_eq!(
+        got.iter().map(Received::seq).collect::<Vec<_>>(),
+        (1..=8).collect::<Vec<_>>(),
+        "journal order, once each"
+    );
+}
