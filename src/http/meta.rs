@@ -8,6 +8,7 @@ use serde_json::json;
 use super::AppState;
 use crate::common::redact::display_url;
 use crate::domain::Timestamp;
+use crate::domain::gate::KINDS;
 use crate::http::error::ApiError;
 use crate::metrics::Scrape;
 use crate::store::{JournalRange, PageLimit};
@@ -59,10 +60,12 @@ fn created_at(event: &str) -> Option<Timestamp> {
 }
 
 /// Deliberately `gatehouse`, not `looprig.serve`: gatehouse serves only the gate subset of that
-/// protocol, so a harness capability probe fails by design.
+/// protocol, so a harness capability probe fails by design. `gate_kinds` lets a client see which
+/// kinds it may open.
 pub(super) async fn capabilities() -> Response {
     let features = ["gates", "answers", "idempotency", "wait", "inbox", "journal"];
-    axum::Json(json!({"protocol": "gatehouse", "version": 1, "features": features})).into_response()
+    let body = json!({"protocol": "gatehouse", "version": 1, "features": features, "gate_kinds": KINDS});
+    axum::Json(body).into_response()
 }
 
 pub(super) async fn healthz() -> Response {

@@ -371,6 +371,7 @@ async fn meta_routes() {
     let caps = app.get("/v1/capabilities").await.expect(200).json();
     assert_eq!(caps["protocol"], "gatehouse");
     assert_eq!(caps["version"], 1);
+    assert_eq!(caps["gate_kinds"], json!(["harness.ask_user", "harness.permission"]));
     assert_eq!(app.get("/healthz").await.expect(200).json(), json!({"status": "ok"}));
     assert_eq!(app.get("/readyz").await.expect(200).json(), json!({"status": "ready"}));
     let spec = app.get("/openapi.yaml").await.expect(200);

@@ -202,7 +202,7 @@ async fn a_decision_reaches_the_loop_with_the_input_it_runs_with() {
         envelope["prompt"]["controls"].as_array().unwrap().iter().map(|c| c["action"].as_str().unwrap()).collect();
     assert_eq!(controls, ["Approve", "Deny"], "nothing to save, so no Approve always");
     assert_eq!(envelope["tool_call"]["risk"], "high");
-    assert_eq!(gate.view["deadline"].is_string(), true, "the default policy sets a deadline");
+    assert!(gate.view["deadline"].is_string(), "the default policy sets a deadline");
 
     // A plain approval runs the original input.
     app.post(&gate.path(), &json!({"action": "Approve"})).await.expect(202);
@@ -518,7 +518,7 @@ pub fn check_winner(winner: usize, view: &Value, command: &Value) {
 async fn a_thousand_decisions_on_one_gate_have_one_winner() {
     let app = TestApp::spawn_with(|args| args.http.max_unauthenticated_per_address = 4096).await;
     let gate = open(&app, request).await;
-    let winner = race_answers(&[app.client.clone()], &gate.path(), 1000, racer).await;
+    let winner = race_answers(std::slice::from_ref(&app.client), &gate.path(), 1000, racer).await;
     let events = events_of(&app, &gate.gate).await;
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["GateOpened", "PermissionRequested", "GateResolved", "PermissionDecided"]);
