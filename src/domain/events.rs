@@ -292,26 +292,6 @@ fn is_zero(n: &u8) -> bool {
     *n == 0
 }
 
-impl<'a> ProvideUserInput<'a> {
-    /// An answer for the loop that asked.
-    pub fn new(at: Coordinates, created_at: Timestamp, gate: &Gate, answer: &'a Answer, by: &AnsweredBy) -> Self {
-        Self {
-            agency: by.agency(),
-            answer: answer.text().unwrap_or_default(),
-            command_id: CommandId::mint(),
-            created_at,
-            gate_id: gate.id,
-            loop_id: at.loop_id,
-            session_id: at.session_id,
-            step_id: at.step_id,
-            tool_execution_id: gate.subject.tool_execution_id,
-            turn_id: at.turn_id,
-            kind: "ProvideUserInput",
-            v: 1,
-        }
-    }
-}
-
 /// The prepared call a permission gate asks leave for, as the harness announces it after
 /// `GateOpened`: the request as displayed, plus (additive) the gate's id and what the harness's
 /// request has no member for.
@@ -514,10 +494,20 @@ pub fn command(
     let command_id = CommandId::mint();
     let (gate_id, tool_execution_id) = (gate.id, gate.subject.tool_execution_id);
     let text = match &answer.reply {
-        Reply::Text(_) => {
-            let command = ProvideUserInput { command_id, ..ProvideUserInput::new(at, created_at, gate, answer, by) };
-            to_json(&command)
-        }
+        Reply::Text(text) => to_json(&ProvideUserInput {
+            agency: by.agency(),
+            answer: text,
+            command_id,
+            created_at,
+            gate_id,
+            loop_id: at.loop_id,
+            session_id: at.session_id,
+            step_id: at.step_id,
+            tool_execution_id,
+            turn_id: at.turn_id,
+            kind: "ProvideUserInput",
+            v: 1,
+        }),
         Reply::Decision(decision) if decision.approved => to_json(&ApproveToolCall {
             action: if decision.always { APPROVE_ALWAYS } else { &answer.action },
             agency: by.agency(),

@@ -259,11 +259,7 @@ impl OpenGateIn {
             expires_at_unix_milli,
             requirements,
         };
-        if let Some(tool_execution_id) = at.tool_execution_id {
-            p.extend(request.check(&tool_execution_id.to_string()));
-        } else if request.tool_name.is_empty() {
-            p.extend(request.check(""));
-        }
+        p.extend(request.check(at.tool_execution_id.map(|t| t.to_string()).as_deref()));
         let tool_input_schema = present(self.tool_input_schema);
         let schema_ok = match &tool_input_schema {
             Some(schema) => match check_schema("/tool_input_schema", schema) {

@@ -270,9 +270,9 @@ pub fn check_normalized(path: &str, value: &str, max: usize) -> Option<FieldErro
 impl ToolRequest {
     /// The harness's `ValidateRequest`, with caps: normalized texts; requirements unique by their
     /// identity; each candidate of the requirement's kind and grant; and a request with a grant
-    /// bound to one execution (`execution_id` equal to the gate's tool execution), command,
-    /// directory and expiry.
-    pub fn check(&self, tool_execution_id: &str) -> Vec<FieldError> {
+    /// bound to one execution (`execution_id` equal to the gate's tool execution, when that is
+    /// known), command, directory and expiry.
+    pub fn check(&self, tool_execution_id: Option<&str>) -> Vec<FieldError> {
         let mut problems = Vec::new();
         let mut text = |path: &str, value: &str, max: usize, required: bool| {
             if required || !value.is_empty() {
@@ -284,7 +284,10 @@ impl ToolRequest {
         text("/command", &self.command, MAX_COMMAND_BYTES, false);
         text("/working_directory", &self.working_directory, MAX_TEXT_BYTES, false);
         text("/execution_id", &self.execution_id, MAX_TEXT_BYTES, false);
-        if !self.execution_id.is_empty() && !self.execution_id.eq_ignore_ascii_case(tool_execution_id) {
+        if let Some(tool) = tool_execution_id
+            && !self.execution_id.is_empty()
+            && !self.execution_id.eq_ignore_ascii_case(tool)
+        {
             let message = "execution_id, when given, must be the gate's tool_execution_id";
             problems.push(FieldError::new("/execution_id", FieldCode::Invalid, message));
         }
@@ -461,7 +464,7 @@ mod tests {
             ]
         }))
         .unwrap();
-        let got: Vec<_> = request.check("x").into_iter().map(|f| (f.path, f.code)).collect();
+        let got: Vec<_> = request.check(Some("x")).into_iter().map(|f| (f.path, f.code)).collect();
         for expected in [
             ("/requirements/0/candidates/0/description".to_owned(), FieldCode::Blank),
             ("/requirements/0/candidates/0/kind".to_owned(), FieldCode::Invalid),
