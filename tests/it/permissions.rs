@@ -286,33 +286,17 @@ async fn broken_edits_leave_the_gate_open_and_a_valid_edit_arrives_as_sent() {
     assert_eq!(events_of(&app, &gate.gate).await.len(), 2, "refused edits journal nothing");
 
     let edit = json!({"command": "./migrate --env staging", "timeout": 30, "flags": ["--dry"], "env": "staging"});
-    let accepted = app
-        .post_with(
-            &gate.path(),
-            &[("idempotency-key", "edit-1")],
-            &json!({"action": "Approve", "values": {"tool_input": edit}}),
-        )
-        .await
-        .expect(202)
-        .json();
+    let keyed = async |body: Value| app.post_with(&gate.path(), &[("idempotency-key", "edit-1")], &body).await;
+    let approve_edit = json!({"action": "Approve", "values": {"tool_input": edit}});
+    let accepted = keyed(approve_edit.clone()).await.expect(202).json();
     let command = only_command(&app, &gate).await;
     assert_eq!((command["tool_input"].clone(), command["edited"].clone()), (edit.clone(), json!(true)));
     let events = events_of(&app, &gate.gate).await;
     assert_eq!((events[3]["edited"].clone(), events[3]["tool_input"].clone()), (json!(true), edit.clone()));
     // The same key and edit is the same 202; another edit under it is a conflict; anyone else 409.
-    let replay = app
-        .post_with(
-            &gate.path(),
-            &[("idempotency-key", "edit-1")],
-            &json!({"action": "Approve", "values": {"tool_input": edit}}),
-        )
-        .await
-        .expect(202)
-        .json();
+    let replay = keyed(approve_edit).await.expect(202).json();
     assert_eq!(replay, accepted);
-    app.post_with(&gate.path(), &[("idempotency-key", "edit-1")], &json!({"action": "Approve"}))
-        .await
-        .expect_error(409, "idempotency_conflict");
+    keyed(json!({"action": "Approve"})).await.expect_error(409, "idempotency_conflict");
     let lost = app.post(&gate.path(), &json!({"action": "Deny"})).await.expect_error(409, "gate_not_ready");
     assert_eq!(lost["error"]["resolution"]["action"], "Approve", "the loser learns who won");
 }
