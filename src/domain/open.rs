@@ -129,9 +129,6 @@ impl Question {
     }
 }
 
-/// The members only one kind has, by kind, to report a member sent with the wrong kind.
-const ASK_USER_MEMBERS: [&str; 4] = ["question", "choices", "allow_other", "title"];
-
 impl OpenGateIn {
     /// Checks every member and applies defaults, reporting all field problems at once.
     pub fn validate(self, rules: OpenRules) -> Result<Question, OpenRejection> {
@@ -166,11 +163,7 @@ impl OpenGateIn {
     }
 
     fn ask_user(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
-        for (member, value) in self.members_of_permission() {
-            if value.is_some() {
-                p.push(foreign(member, ASK_USER));
-            }
-        }
+        refuse_foreign(p, self.permission_members(), ASK_USER);
         let question = match present(self.question) {
             None => {
                 p.push(FieldError::new("/question", FieldCode::Required, "a question is required"));
@@ -205,7 +198,18 @@ impl OpenGateIn {
         Some(Question::AskUser(AskUser { loop_id, tool_execution_id, content }))
     }
 
-    fn members_of_permission(&self) -> [(&'static str, &Option<Value>); 11] {
+    /// The members only an AskUser gate has, to refuse them on another kind.
+    fn ask_user_members(&self) -> [(&'static str, &Option<Value>); 4] {
+        [
+            ("question", &self.question),
+            ("choices", &self.choices),
+            ("allow_other", &self.allow_other),
+            ("title", &self.title),
+        ]
+    }
+
+    /// The members only a permission gate has, to refuse them on another kind.
+    fn permission_members(&self) -> [(&'static str, &Option<Value>); 11] {
         [
             ("tool_name", &self.tool_name),
             ("summary", &self.summary),
@@ -222,13 +226,7 @@ impl OpenGateIn {
     }
 
     fn permission(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
-        for (member, value) in
-            ASK_USER_MEMBERS.into_iter().zip([&self.question, &self.choices, &self.allow_other, &self.title])
-        {
-            if value.is_some() {
-                p.push(foreign(member, PERMISSION));
-            }
-        }
+        refuse_foreign(p, self.ask_user_members(), PERMISSION);
         let mut string = |path: &str, raw: Option<Value>| match present(raw) {
             None => String::new(),
             Some(Value::String(s)) => s,
@@ -261,16 +259,9 @@ impl OpenGateIn {
         };
         p.extend(request.check(at.tool_execution_id.map(|t| t.to_string()).as_deref()));
         let tool_input_schema = present(self.tool_input_schema);
-        let schema_ok = match &tool_input_schema {
-            Some(schema) => match check_schema("/tool_input_schema", schema) {
-                Some(problem) => {
-                    p.push(problem);
-                    false
-                }
-                None => true,
-            },
-            None => true,
-        };
+        let schema_problem = tool_input_schema.as_ref().and_then(|s| check_schema("/tool_input_schema", s));
+        let schema_ok = schema_problem.is_none();
+        p.extend(schema_problem);
         let tool_input = present(self.tool_input);
         if let Some(input) = &tool_input {
             // An input that breaks its own schema could never be approved as it is.
@@ -321,8 +312,19 @@ fn present(v: Option<Value>) -> Option<Value> {
     v.filter(|v| !v.is_null())
 }
 
-fn foreign(member: &str, kind: &str) -> FieldError {
-    FieldError::new(format!("/{member}"), FieldCode::UnknownKey, format!("{member} is not a member of a {kind} gate"))
+/// A member of another kind, sent with this one: refused, not ignored, so that a body meant for
+/// one kind is never read as another.
+fn refuse_foreign<'a>(
+    p: &mut Vec<FieldError>,
+    members: impl IntoIterator<Item = (&'static str, &'a Option<Value>)>,
+    kind: &str,
+) {
+    for (member, value) in members {
+        if value.is_some() {
+            let message = format!("{member} is not a member of a {kind} gate");
+            p.push(FieldError::new(format!("/{member}"), FieldCode::UnknownKey, message));
+        }
+    }
 }
 
 fn flag(p: &mut Vec<FieldError>, path: &str, raw: Option<Value>) -> bool {
