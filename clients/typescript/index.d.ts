@@ -11,7 +11,80 @@ export interface GateView {
   deadline?: string;
   resolved_seq?: number;
   resolution?: Record<string, unknown>;
+  /** An `ask` gate's answer. */
   answer?: string;
+  /** A decided permission gate's decision. */
+  decision?: PermissionDecision;
+}
+
+/** The `decision` of a decided permission gate's view, as the server gives it. */
+export interface PermissionDecision {
+  effect: 'approve' | 'deny';
+  action: string;
+  /** The input the call runs with (approvals only). */
+  tool_input?: Record<string, unknown>;
+  edited: boolean;
+  reason?: string;
+  source: 'user' | 'policy';
+  principal?: string;
+  decided_at: string;
+}
+
+/** How a person (or the gate's policy) decided a tool call, as `approveToolCall` resolves it. */
+export interface Decision {
+  /** Whether the call may run. A denial is false, also one by the policy at the deadline. */
+  approved: boolean;
+  /** The input to run the call with: the approver's edit, or the input as asked (also for a denial). */
+  toolInput: Record<string, unknown> | null;
+  /** Whether the approver changed the input. */
+  edited: boolean;
+  /** A denial's reason, when the person gave one. */
+  reason: string | null;
+  /** Who decided, when the server knows (their token's name); null for the policy. */
+  principal: string | null;
+  /** Whether the gate's policy decided (at its deadline), not a person. */
+  byPolicy: boolean;
+  /** The control chosen: 'Approve', 'Approve always for this workspace' or 'Deny'. */
+  action: string;
+  /** The gate that asked. */
+  gateId: string;
+  /** The gate's final view. */
+  view: GateView;
+}
+
+/** A tool call's requirement: a plain description, or the harness's structured one. */
+export type Requirement =
+  | string
+  | {
+      kind: string;
+      scope?: string;
+      match: string;
+      description: string;
+      grant_class?: string;
+      grant_target?: string;
+      candidates?: Array<{ kind: string; match: string; description: string; grant_class?: string; grant_target?: string }>;
+    };
+
+export interface ApproveToolCallOptions {
+  /** The JSON Schema of the tool input; an edit must fit it. */
+  schema?: Record<string, unknown>;
+  /** Whether the approver may edit the input (it needs one). */
+  editable?: boolean;
+  risk?: 'low' | 'medium' | 'high' | 'critical';
+  /** Seconds: the server denies the call then; without it, its default (5 minutes). */
+  timeout?: number;
+  /** The first line the person reads (else the tool's name). */
+  summary?: string;
+  /** The capabilities the call needs. */
+  requirements?: Requirement[];
+  /** The session the gate goes into (default: a fresh one). */
+  session?: string;
+  /** The agent loop asking (default: a fresh one). */
+  loopId?: string;
+  /** This tool call's id (default: a fresh one): with the same session and loop, a re-call finds its gate. */
+  toolExecutionId?: string;
+  /** Stops waiting (the gate stays open). */
+  signal?: AbortSignal;
 }
 
 /** One journal event: its seq (the SSE id), its type, and the event itself. */
@@ -50,6 +123,12 @@ export declare class Client {
   ask(question: string, options?: AskOptions): Promise<string>;
   /** Answers a gate by its id; resolves to the answer's journal seq (GateConflict when too late). */
   answer(gateId: string, answer: string, options?: { idempotencyKey?: string }): Promise<number>;
+  /** Asks whether a tool call may run; resolves to the Decision (a denial too; Withdrawn rejects). */
+  approveToolCall(toolName: string, toolInput: Record<string, unknown> | null, options?: ApproveToolCallOptions): Promise<Decision>;
+  /** Approves a permission gate (with `toolInput`: that edit); resolves to the journal seq. */
+  approve(gateId: string, options?: { toolInput?: Record<string, unknown>; always?: boolean; idempotencyKey?: string }): Promise<number>;
+  /** Denies a permission gate, with `reason` for the agent; resolves to the journal seq. */
+  deny(gateId: string, options?: { reason?: string; idempotencyKey?: string }): Promise<number>;
   /** The gates in `state` (comma-separated; null for all), of every session or of `session`. */
   gates(options?: { state?: string | null; session?: string }): Promise<GateView[]>;
   /** Every journal event after `after`, then live ones; resumes by Last-Event-ID by itself. */

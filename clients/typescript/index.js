@@ -1,4 +1,5 @@
-// A client for gatehouse: an AI agent asks a person a question and gets back exactly one answer.
+// A client for gatehouse: an AI agent asks a person a question and gets back exactly one answer,
+// or asks whether a tool call may run and gets back one decision (approved, edited, or denied).
 // ESM, for Node.js 20+ and browsers, on the built-in fetch; no dependency. Types: index.d.ts.
 
 /** An error answer of the server, or of the client's own flow (the subclasses below). */
@@ -62,10 +63,15 @@ export class RateLimited extends GatehouseError {
 export class Unavailable extends GatehouseError {}
 /** 500 or another unexpected status. */
 export class ServerError extends GatehouseError {}
-/** `ask`: the gate was closed (withdrawn by its owner or abandoned) unanswered. */
+/** `ask`, `approveToolCall`: the gate was closed (withdrawn by its owner or abandoned) undecided. */
 export class Withdrawn extends GatehouseError {
   constructor(view) {
-    super(`the question was withdrawn (${view?.resolution?.reason ?? 'closed'}) before anyone answered it`);
+    const reason = view?.resolution?.reason ?? 'closed';
+    super(
+      view?.gate?.kind === 'harness.permission'
+        ? `the tool call's permission gate was withdrawn (${reason}) before anyone decided it`
+        : `the question was withdrawn (${reason}) before anyone answered it`,
+    );
     this.view = view;
   }
 }
@@ -120,6 +126,30 @@ const sleep = (ms, signal) =>
   });
 
 const freshId = () => crypto.randomUUID();
+/** The kind of a permission gate, and its controls. */
+const PERMISSION = 'harness.permission';
+const APPROVE = 'Approve';
+const APPROVE_ALWAYS = 'Approve always for this workspace';
+const DENY = 'Deny';
+
+/** The Decision in a decided permission gate's view; without one, a denial (it approves nothing). */
+function decisionOf(view, toolInput) {
+  const decision = view.decision ?? {};
+  const approved = decision.effect === 'approve';
+  const byPolicy = decision.source === 'policy';
+  return {
+    approved,
+    toolInput: (approved && decision.tool_input !== undefined ? decision.tool_input : toolInput) ?? null,
+    edited: approved && decision.edited === true,
+    reason: (!approved && decision.reason) || null,
+    principal: (!byPolicy && decision.principal) || null,
+    byPolicy,
+    action: decision.action ?? '',
+    gateId: view.gate.id,
+    view,
+  };
+}
+
 /** Tries of a request that is safe to repeat but should not be repeated forever. */
 const TRIES = 5;
 
@@ -155,53 +185,67 @@ export class Client {
     }
     // The same ids find the same gate: an open is safe to repeat.
     let view = await this.#expect(this.#retried('POST', `/v1/sessions/${session}/gates`, { body, signal }));
-    const gate = view.gate.id;
-    const path = `/v1/sessions/${session}/gates/${gate}`;
     // With a default the server answers at the deadline; without one, the deadline is ours.
     const deadline = timeout !== undefined && fallback === undefined ? Date.now() + timeout * 1000 : undefined;
-    const backoff = new Backoff();
-    while (view.state === 'open') {
-      const left = deadline === undefined ? undefined : deadline - Date.now();
-      if (left !== undefined && left <= 0) {
-        view = await this.#withdraw(path, gate);
-        break;
-      }
-      const seconds = left === undefined ? 30 : Math.min(30, Math.floor(left / 1000));
-      if (seconds === 0) {
-        await sleep(left, signal);
-        continue;
-      }
-      let reply;
-      try {
-        reply = await this.#send('GET', `${path}/wait?timeout=${seconds}`, { signal, timeout: (seconds + 15) * 1000 });
-      } catch (e) {
-        if (!(e instanceof Unreachable)) throw e;
-        await sleep(backoff.next(), signal);
-        continue;
-      }
-      if (reply.ok) {
-        backoff.reset();
-        view = reply.body;
-      } else if (reply.error.retryable) {
-        await sleep(backoff.next(), signal);
-      } else {
-        throw reply.error;
-      }
-    }
+    view = await this.#settled(session, view, deadline, signal);
     if (view.state === 'closed') throw new Withdrawn(view);
-    await this.#acknowledge(session, loopId, gate);
+    await this.#acknowledge(session, loopId, view.gate.id);
     return view.answer;
   }
 
-  /** Answers a gate by its id; resolves to the answer's journal seq. */
+  /**
+   * Asks a person whether the tool call `toolName(toolInput)` may run and resolves to the
+   * Decision once it is decided: approved as it is, approved with an edited input (`editable`,
+   * checked against `schema`), or denied, by a person or by the policy at the deadline (`timeout`
+   * seconds; without one the server's default, a denial after 5 minutes). A denial resolves; it
+   * does not reject. The same `session`, `loopId` and `toolExecutionId` find the same gate again.
+   */
+  async approveToolCall(
+    toolName,
+    toolInput,
+    { schema, editable = false, risk, timeout, summary, requirements, session, loopId, toolExecutionId, signal } = {},
+  ) {
+    session ??= freshId();
+    loopId ??= freshId();
+    const body = { kind: PERMISSION, loop_id: loopId, tool_execution_id: toolExecutionId ?? freshId(), tool_name: toolName };
+    if (summary !== undefined) body.summary = summary;
+    if (requirements?.length) body.requirements = requirements;
+    if (toolInput !== undefined && toolInput !== null) body.tool_input = toolInput;
+    if (schema !== undefined) body.tool_input_schema = schema;
+    if (risk !== undefined) body.risk = risk;
+    body.editable = editable;
+    if (timeout !== undefined) {
+      body.response_policy = { timeout: Math.round(timeout * 1e9), on_timeout: 'respond', response: { action: DENY } };
+    }
+    // The same ids find the same gate: an open is safe to repeat, and so is a whole call.
+    let view = await this.#expect(this.#retried('POST', `/v1/sessions/${session}/gates`, { body, signal }));
+    // The server decides at the deadline: the wait has none of its own.
+    view = await this.#settled(session, view, undefined, signal);
+    if (view.state === 'closed') throw new Withdrawn(view);
+    await this.#acknowledge(session, loopId, view.gate.id);
+    return decisionOf(view, toolInput);
+  }
+
+  /** Answers an `ask` gate by its id; resolves to the answer's journal seq. */
   async answer(gateId, answer, { idempotencyKey } = {}) {
-    const view = await this.#expect(this.#retried('GET', `/v1/gates/${gateId}`));
-    const headers = { 'idempotency-key': idempotencyKey ?? freshId() };
-    const body = { action: 'answer', values: { answer } };
-    const accepted = await this.#expect(
-      this.#retried('POST', `/v1/sessions/${view.session_id}/gates/${gateId}`, { body, headers }),
-    );
-    return accepted.journal_seq;
+    return this.#respond(gateId, { action: 'answer', values: { answer } }, idempotencyKey);
+  }
+
+  /**
+   * Approves a permission gate by its id (with `toolInput`: that edit, which must fit the gate's
+   * schema; with `always`: "Approve always for this workspace"); resolves to the journal seq.
+   */
+  async approve(gateId, { toolInput, always = false, idempotencyKey } = {}) {
+    const body = { action: always ? APPROVE_ALWAYS : APPROVE };
+    if (toolInput !== undefined && toolInput !== null) body.values = { tool_input: toolInput };
+    return this.#respond(gateId, body, idempotencyKey);
+  }
+
+  /** Denies a permission gate by its id, with `reason` for the agent; resolves to the journal seq. */
+  async deny(gateId, { reason, idempotencyKey } = {}) {
+    const body = { action: DENY };
+    if (reason !== undefined && reason !== null) body.values = { reason };
+    return this.#respond(gateId, body, idempotencyKey);
   }
 
   /** The gates in `state` (comma-separated states; null: all), of every session or of `session`. */
@@ -274,13 +318,74 @@ export class Client {
     throw new TimedOut(gate);
   }
 
-  /** Best effort: the answer is known either way, and an unacked command is offered again. */
+  /**
+   * Long-polls the gate of `view` until it leaves `open`; resolves to its final view. Connection
+   * trouble and restarts are waited out (the gate is durable). At `deadline` (epoch ms) the gate
+   * is withdrawn (TimedOut, unless an answer won the race); `signal` stops waiting.
+   */
+  async #settled(session, view, deadline, signal) {
+    const gate = view.gate.id;
+    const path = `/v1/sessions/${session}/gates/${gate}`;
+    const backoff = new Backoff();
+    while (view.state === 'open') {
+      const left = deadline === undefined ? undefined : deadline - Date.now();
+      if (left !== undefined && left <= 0) {
+        view = await this.#withdraw(path, gate);
+        break;
+      }
+      const seconds = left === undefined ? 30 : Math.min(30, Math.floor(left / 1000));
+      if (seconds === 0) {
+        await sleep(left, signal);
+        continue;
+      }
+      let reply;
+      try {
+        reply = await this.#send('GET', `${path}/wait?timeout=${seconds}`, { signal, timeout: (seconds + 15) * 1000 });
+      } catch (e) {
+        if (!(e instanceof Unreachable)) throw e;
+        await sleep(backoff.next(), signal);
+        continue;
+      }
+      if (reply.ok) {
+        backoff.reset();
+        view = reply.body;
+      } else if (reply.error.retryable) {
+        await sleep(backoff.next(), signal);
+      } else {
+        throw reply.error;
+      }
+    }
+    return view;
+  }
+
+  /** Responds to a gate by its id alone (its session looked up), one idempotency key for every try. */
+  async #respond(gateId, body, idempotencyKey) {
+    const view = await this.#expect(this.#retried('GET', `/v1/gates/${gateId}`));
+    const headers = { 'idempotency-key': idempotencyKey ?? freshId() };
+    const accepted = await this.#expect(
+      this.#retried('POST', `/v1/sessions/${view.session_id}/gates/${gateId}`, { body, headers }),
+    );
+    return accepted.journal_seq;
+  }
+
+  /**
+   * Acks the command of `gate` in the loop's inbox, looking through its unacked commands page by
+   * page. Best effort: the answer is known either way, and an unacked command is offered again.
+   */
   async #acknowledge(session, loopId, gate) {
     const inbox = `/v1/sessions/${session}/loops/${loopId}/commands`;
     try {
-      const page = await this.#expect(this.#retried('GET', `${inbox}?include_acked=true&limit=1000`));
-      const entry = page.commands.find((c) => c.command.gate_id === gate);
-      if (entry) await this.#retried('POST', `${inbox}/${entry.command.command_id}/ack`);
+      for (let after = 0; ; ) {
+        const page = await this.#expect(this.#retried('GET', `${inbox}?after=${after}&limit=1000`));
+        if (!page.commands.length) return;
+        const entry = page.commands.find((c) => c.command.gate_id === gate);
+        if (entry) {
+          await this.#retried('POST', `${inbox}/${entry.command.command_id}/ack`);
+          return;
+        }
+        if (!(page.next_after > after)) return;
+        after = page.next_after;
+      }
     } catch (e) {
       if (!(e instanceof GatehouseError)) throw e;
     }

@@ -1,5 +1,6 @@
-// The README's TypeScript example, run as it is written (its import pointed at this checkout's
-// client and the server's URL swapped in), while a person answers over HTTP.
+// The READMEs' TypeScript examples, run as they are written (their import pointed at this
+// checkout's client and the server's URL swapped in), while a person answers over HTTP: the main
+// README's, and the client README's permission gate.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -13,10 +14,14 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.join(here, '..', '..', '..');
 const BINARY = process.env.GATEHOUSE_BIN ?? path.join(repo, 'target', 'debug', 'gatehouse');
 
-test('the README TypeScript example runs', async (t) => {
-  const readme = readFileSync(path.join(repo, 'README.md'), 'utf8');
-  const block = /<!-- typescript-example -->\n```\w+\n([\s\S]*?)```/.exec(readme);
-  assert.ok(block, 'README has a block after <!-- typescript-example -->');
+/**
+ * Runs the block after `<!-- marker -->` in `readme` against a fresh server; `respond(url, gate)`
+ * answers the gate it opens (returning the HTTP status); resolves to what the example printed.
+ */
+async function runExample(t, readme, marker, respond) {
+  const text = readFileSync(path.join(repo, readme), 'utf8');
+  const block = new RegExp(`<!-- ${marker} -->\\n\`\`\`\\w+\\n([\\s\\S]*?)\`\`\``).exec(text);
+  assert.ok(block, `${readme} has a block after <!-- ${marker} -->`);
   const dir = mkdtempSync(path.join(tmpdir(), 'gatehouse-readme-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -34,7 +39,8 @@ test('the README TypeScript example runs', async (t) => {
 
   const client = pathToFileURL(path.join(here, '..', 'index.js')).href;
   const example = path.join(dir, 'example.mjs');
-  writeFileSync(example, block[1].replace("from 'gatehouse'", `from '${client}'`).replace('http://127.0.0.1:8080', url));
+  const code = block[1].replace(/from '(gatehouse|\.\/clients\/typescript\/index\.js)'/, `from '${client}'`);
+  writeFileSync(example, code.replace('http://127.0.0.1:8080', url));
   const run = spawn(process.execPath, [example], { stdio: ['ignore', 'pipe', 'inherit'] });
   let printed = '';
   run.stdout.on('data', (chunk) => (printed += chunk));
@@ -46,12 +52,32 @@ test('the README TypeScript example runs', async (t) => {
     if (!gate) await new Promise((resolve) => setTimeout(resolve, 50));
   }
   assert.ok(gate, "the example's gate opened");
-  const answered = await fetch(`${url}/v1/sessions/${gate.session_id}/gates/${gate.gate.id}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ action: 'answer', values: { answer: 'yes' } }),
-  });
-  assert.equal(answered.status, 202);
+  assert.equal(await respond(url, gate), 202);
   assert.equal(await exited, 0);
+  return printed;
+}
+
+const post = async (url, gate, body) =>
+  (
+    await fetch(`${url}/v1/sessions/${gate.session_id}/gates/${gate.gate.id}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    })
+  ).status;
+
+test('the README TypeScript example runs', async (t) => {
+  const printed = await runExample(t, 'README.md', 'typescript-example', (url, gate) =>
+    post(url, gate, { action: 'answer', values: { answer: 'yes' } }),
+  );
   assert.equal(printed, 'the person said yes\n');
+});
+
+test("the client README's permission example runs", async (t) => {
+  const printed = await runExample(t, path.join('clients', 'typescript', 'README.md'), 'typescript-permission-example', (url, gate) => {
+    assert.equal(gate.gate.kind, 'harness.permission');
+    assert.equal(gate.gate.tool_call.editable, true);
+    return post(url, gate, { action: 'Approve', values: { tool_input: { command: 'git push --dry-run origin main' } } });
+  });
+  assert.equal(printed, 'running git push --dry-run origin main\n');
 });

@@ -1,12 +1,16 @@
-"""A client for gatehouse: an AI agent asks a person a question and gets back exactly one answer.
+"""A client for gatehouse: an AI agent asks a person a question and gets back exactly one answer,
+or asks whether a tool call may run and gets back one decision (approved, edited, or denied).
 
 >>> from gatehouse import Client
 >>> with Client("http://127.0.0.1:8080") as client:          # doctest: +SKIP
 ...     if client.ask("Deploy to prod?", ["yes", "no"]) == "yes":
 ...         deploy()
+...     decision = client.approve_tool_call("Bash", {"command": "git push"}, risk="high")
+...     if decision.approved:
+...         run("Bash", decision.tool_input)
 """
 
-from ._flows import Event
+from ._flows import Decision, Event
 from .client import AsyncClient, Client
 from .errors import (
     Forbidden,
@@ -29,6 +33,7 @@ from .errors import (
 __all__ = [
     "AsyncClient",
     "Client",
+    "Decision",
     "Event",
     "Forbidden",
     "GateConflict",

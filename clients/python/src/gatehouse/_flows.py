@@ -141,10 +141,21 @@ def ask(
     body = question_body(loop_id, tool, question, choices, allow_other, timeout, default)
     # The same ids find the same gate: an open is safe to repeat.
     view = expect((yield from retried(Call("POST", f"/v1/sessions/{session}/gates", json=body))))
-    gate = view["gate"]["id"]
-    path = f"/v1/sessions/{session}/gates/{gate}"
     # With a default the server answers at the deadline; without one, the deadline is ours.
     deadline = time.monotonic() + timeout if timeout is not None and default is None else None
+    view = yield from settled(session, view, deadline)
+    if view["state"] == "closed":
+        raise Withdrawn(view)
+    yield from acknowledge(session, loop_id, view["gate"]["id"])
+    return view["answer"]
+
+
+def settled(session: str, view: Dict[str, Any], deadline: Optional[float]) -> Flow:
+    """Long-polls the gate of ``view`` until it leaves ``open`` and returns its final view.
+    Connection trouble and restarts are waited out (the gate is durable). At ``deadline`` (a
+    ``time.monotonic()``; ``None``: never) the gate is withdrawn, see :func:`withdraw`."""
+    gate = view["gate"]["id"]
+    path = f"/v1/sessions/{session}/gates/{gate}"
     backoff = Backoff()
     while view["state"] == "open":
         left = None if deadline is None else deadline - time.monotonic()
@@ -167,10 +178,7 @@ def ask(
             yield Sleep(backoff.next())
         else:
             raise response.error()
-    if view["state"] == "closed":
-        raise Withdrawn(view)
-    yield from acknowledge(session, loop_id, gate)
-    return view["answer"]
+    return view
 
 
 def withdraw(path: str, gate: str) -> Flow:
@@ -183,32 +191,147 @@ def withdraw(path: str, gate: str) -> Flow:
 
 
 def acknowledge(session: str, loop_id: str, gate: str) -> Flow:
-    """Acks the command of ``gate`` in the loop's inbox (its answer has been taken). Best effort:
-    the answer is known either way, and an unacked command is merely offered again."""
+    """Acks the command of ``gate`` in the loop's inbox (its answer has been taken), looking
+    through the loop's unacked commands page by page. Best effort: the answer is known either
+    way, and an unacked command is merely offered again."""
     inbox = f"/v1/sessions/{session}/loops/{loop_id}/commands"
+    after = 0
     try:
-        page = expect((yield from retried(Call("GET", f"{inbox}?include_acked=true&limit=1000"))))
-        for entry in page["commands"]:
-            command = entry["command"]
-            if command["gate_id"] == gate:
-                yield from retried(Call("POST", f"{inbox}/{command['command_id']}/ack"))
+        while True:
+            page = expect((yield from retried(Call("GET", f"{inbox}?after={after}&limit=1000"))))
+            if not page["commands"]:
+                return
+            for entry in page["commands"]:
+                command = entry["command"]
+                if command["gate_id"] == gate:
+                    yield from retried(Call("POST", f"{inbox}/{command['command_id']}/ack"))
+                    return
+            if int(page["next_after"]) <= after:
+                return
+            after = int(page["next_after"])
     except GatehouseError:
         pass
 
 
 def answer(gate_id: str, text: str, idempotency_key: Optional[str]) -> Flow:
-    """Answers a gate by its id alone; returns the journal seq of the answer. One key for every
-    retry, so an answer whose first try's outcome is unknown is never given twice."""
+    """Answers an ``ask`` gate by its id alone; returns the journal seq of the answer."""
+    return (yield from respond(gate_id, {"action": "answer", "values": {"answer": text}}, idempotency_key))
+
+
+def respond(gate_id: str, body: Dict[str, Any], idempotency_key: Optional[str]) -> Flow:
+    """Responds to a gate by its id alone (its session is looked up); returns the journal seq of
+    the response. One key for every retry, so a response whose first try's outcome is unknown is
+    never given twice."""
     view = expect((yield from retried(Call("GET", f"/v1/gates/{gate_id}"))))
     key = idempotency_key or fresh_id()
     call = Call(
         "POST",
         f"/v1/sessions/{view['session_id']}/gates/{gate_id}",
-        json={"action": "answer", "values": {"answer": text}},
+        json=body,
         headers={"Idempotency-Key": key},
     )
     accepted = expect((yield from retried(call)))
     return int(accepted["journal_seq"])
+
+
+#: The kind of a permission gate, and its controls.
+PERMISSION = "harness.permission"
+APPROVE = "Approve"
+APPROVE_ALWAYS = "Approve always for this workspace"
+DENY = "Deny"
+
+
+def permission_body(
+    loop_id: str,
+    tool: str,
+    tool_name: str,
+    tool_input: Optional[Mapping[str, Any]],
+    schema: Optional[Mapping[str, Any]],
+    editable: bool,
+    risk: Optional[str],
+    timeout: Optional[float],
+    summary: Optional[str],
+    requirements: Optional[Sequence[Union[str, Mapping[str, Any]]]],
+) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"kind": PERMISSION, "loop_id": loop_id, "tool_execution_id": tool, "tool_name": tool_name}
+    if summary is not None:
+        body["summary"] = summary
+    if requirements:
+        body["requirements"] = [r if isinstance(r, str) else dict(r) for r in requirements]
+    if tool_input is not None:
+        body["tool_input"] = dict(tool_input)
+    if schema is not None:
+        body["tool_input_schema"] = schema
+    if risk is not None:
+        body["risk"] = risk
+    body["editable"] = editable
+    if timeout is not None:
+        nanos = int(timeout * 1_000_000_000)
+        body["response_policy"] = {"timeout": nanos, "on_timeout": "respond", "response": {"action": DENY}}
+    return body
+
+
+def approve_tool_call(
+    tool_name: str,
+    tool_input: Optional[Mapping[str, Any]],
+    schema: Optional[Mapping[str, Any]],
+    editable: bool,
+    risk: Optional[str],
+    timeout: Optional[float],
+    summary: Optional[str],
+    requirements: Optional[Sequence[Union[str, Mapping[str, Any]]]],
+    session: Optional[str],
+    loop_id: Optional[str],
+    tool_execution_id: Optional[str],
+) -> Flow:
+    """Opens a permission gate (or finds the one these ids opened before), waits until it is
+    decided (the server denies it at its deadline, so the deadline is never ours), acknowledges
+    the loop's ApproveToolCall or DenyToolCall command, returns the :class:`Decision`."""
+    session = session or fresh_id()
+    loop_id = loop_id or fresh_id()
+    tool = tool_execution_id or fresh_id()
+    body = permission_body(loop_id, tool, tool_name, tool_input, schema, editable, risk, timeout, summary, requirements)
+    # The same ids find the same gate: an open is safe to repeat, and so is a whole call.
+    view = expect((yield from retried(Call("POST", f"/v1/sessions/{session}/gates", json=body))))
+    view = yield from settled(session, view, None)
+    if view["state"] == "closed":
+        raise Withdrawn(view)
+    yield from acknowledge(session, loop_id, view["gate"]["id"])
+    return decision_of(view, tool_input)
+
+
+def decision_of(view: Dict[str, Any], tool_input: Optional[Mapping[str, Any]]) -> "Decision":
+    """The :class:`Decision` in a decided permission gate's view; without one, a denial (a
+    decision that cannot be read approves nothing)."""
+    decision = view.get("decision") or {}
+    approved = decision.get("effect") == "approve"
+    by_policy = decision.get("source") == "policy"
+    final = decision.get("tool_input", tool_input) if approved else tool_input
+    return Decision(
+        approved=approved,
+        tool_input=None if final is None else dict(final),
+        edited=approved and bool(decision.get("edited")),
+        reason=None if approved else decision.get("reason"),
+        principal=None if by_policy else decision.get("principal"),
+        by_policy=by_policy,
+        action=str(decision.get("action") or ""),
+        gate_id=str(view["gate"]["id"]),
+        view=view,
+    )
+
+
+def approval(tool_input: Optional[Mapping[str, Any]], always: bool) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"action": APPROVE_ALWAYS if always else APPROVE}
+    if tool_input is not None:
+        body["values"] = {"tool_input": dict(tool_input)}
+    return body
+
+
+def denial(reason: Optional[str]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"action": DENY}
+    if reason is not None:
+        body["values"] = {"reason": reason}
+    return body
 
 
 def gates(state: Optional[str], session: Optional[str]) -> Flow:
@@ -242,6 +365,32 @@ class Event:
     @property
     def type(self) -> str:
         return str(self.event.get("type", ""))
+
+
+@dataclass
+class Decision:
+    """How a person (or the gate's policy) decided a tool call, as
+    :meth:`~gatehouse.Client.approve_tool_call` returns it."""
+
+    #: Whether the call may run. A denial is ``False``, also one by the policy at the deadline.
+    approved: bool
+    #: The input to run the call with: the approver's edit, or the input as it was asked (also
+    #: for a denial, for the record).
+    tool_input: Optional[Dict[str, Any]]
+    #: Whether the approver changed the input.
+    edited: bool
+    #: A denial's reason, when the person gave one; ``None`` otherwise.
+    reason: Optional[str]
+    #: Who decided, when the server knows (the name of their token); ``None`` for the policy.
+    principal: Optional[str]
+    #: Whether the gate's policy decided (at its deadline), not a person.
+    by_policy: bool
+    #: The control chosen: ``"Approve"``, ``"Approve always for this workspace"`` or ``"Deny"``.
+    action: str
+    #: The gate that asked.
+    gate_id: str
+    #: The gate's final view (``decision``, ``resolution``, ``gate.tool_call``).
+    view: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Iterator, List, Optional, Sequence
+from typing import Any, AsyncIterator, Iterator, List, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import _flows
-from ._flows import Backoff, Call, Event, Flow, Response, Sleep, SseParser, event_of
+from ._flows import Backoff, Call, Decision, Event, Flow, Response, Sleep, SseParser, event_of
 from .errors import Unreachable
+
+
+#: A tool call's requirement: a plain description, or the harness's structured one (``kind``,
+#: ``scope``, ``match``, ``description``, ``candidates`` …).
+Requirement = Union[str, Mapping[str, Any]]
 
 
 def _headers(token: Optional[str]) -> dict:
@@ -70,6 +75,67 @@ class Client:
         """Answers the gate ``gate_id``; returns the answer's journal seq. A gate already
         answered raises :class:`~gatehouse.errors.GateConflict` carrying the winner."""
         return self._run(_flows.answer(gate_id, answer, idempotency_key))
+
+    def approve_tool_call(
+        self,
+        tool_name: str,
+        tool_input: Optional[Mapping[str, Any]],
+        *,
+        schema: Optional[Mapping[str, Any]] = None,
+        editable: bool = False,
+        risk: Optional[str] = None,
+        timeout: Optional[float] = None,
+        summary: Optional[str] = None,
+        requirements: Optional[Sequence[Requirement]] = None,
+        session: Optional[str] = None,
+        loop_id: Optional[str] = None,
+        tool_execution_id: Optional[str] = None,
+    ) -> Decision:
+        """Asks a person whether the tool call ``tool_name(tool_input)`` may run, and blocks until
+        it is decided; returns the :class:`~gatehouse.Decision`.
+
+        ``schema`` is the JSON Schema of ``tool_input``; with ``editable`` the approver may
+        change the input (an edit must fit the schema), and ``Decision.tool_input`` is what to
+        run. ``risk`` is ``low``, ``medium``, ``high`` or ``critical``; ``summary`` the first line
+        the person reads (else the tool's name); ``requirements`` the capabilities the call needs.
+        With ``timeout`` (seconds) the server denies the call at the deadline; without one its
+        default applies (``--permission-timeout``, a denial after 5 minutes). Either way a denial
+        is returned (``approved`` false, ``by_policy`` true), not raised.
+
+        ``session``, ``loop_id`` and ``tool_execution_id`` (UUIDs; fresh ones by default) name
+        the gate: calling again with the same three and the same request finds the same gate,
+        waiting or decided, instead of asking twice (different content under the same ids
+        raises :class:`~gatehouse.errors.ReaskConflict`). A gate closed undecided raises
+        :class:`~gatehouse.errors.Withdrawn`. Restarts of the server are waited out; the loop
+        command the decision produced is acknowledged.
+        """
+        return self._run(
+            _flows.approve_tool_call(
+                tool_name, tool_input, schema, editable, risk, timeout, summary, requirements,
+                session, loop_id, tool_execution_id,
+            )
+        )
+
+    def approve(
+        self,
+        gate_id: str,
+        *,
+        tool_input: Optional[Mapping[str, Any]] = None,
+        always: bool = False,
+        idempotency_key: Optional[str] = None,
+    ) -> int:
+        """Approves the permission gate ``gate_id``; returns the decision's journal seq. With
+        ``tool_input``, approves that edit instead (an editable gate only; it must fit the
+        gate's schema, or :class:`~gatehouse.errors.InvalidRequest` says where in ``fields``
+        and the gate stays open). ``always`` picks *Approve always for this workspace* (offered
+        when the request has candidates). Too late raises
+        :class:`~gatehouse.errors.GateConflict` carrying the winner."""
+        return self._run(_flows.respond(gate_id, _flows.approval(tool_input, always), idempotency_key))
+
+    def deny(self, gate_id: str, reason: Optional[str] = None, *, idempotency_key: Optional[str] = None) -> int:
+        """Denies the permission gate ``gate_id``, with ``reason`` for the agent when given;
+        returns the decision's journal seq. Too late raises :class:`~gatehouse.errors.GateConflict`."""
+        return self._run(_flows.respond(gate_id, _flows.denial(reason), idempotency_key))
 
     def gates(self, state: Optional[str] = "open", *, session: Optional[str] = None) -> List[dict]:
         """The gates in ``state`` (``open``, ``resolved``, ``closed``, comma-separated, or
@@ -160,6 +226,44 @@ class AsyncClient:
     async def answer(self, gate_id: str, answer: str, *, idempotency_key: Optional[str] = None) -> int:
         """See :meth:`Client.answer`."""
         return await self._run(_flows.answer(gate_id, answer, idempotency_key))
+
+    async def approve_tool_call(
+        self,
+        tool_name: str,
+        tool_input: Optional[Mapping[str, Any]],
+        *,
+        schema: Optional[Mapping[str, Any]] = None,
+        editable: bool = False,
+        risk: Optional[str] = None,
+        timeout: Optional[float] = None,
+        summary: Optional[str] = None,
+        requirements: Optional[Sequence[Requirement]] = None,
+        session: Optional[str] = None,
+        loop_id: Optional[str] = None,
+        tool_execution_id: Optional[str] = None,
+    ) -> Decision:
+        """See :meth:`Client.approve_tool_call`."""
+        return await self._run(
+            _flows.approve_tool_call(
+                tool_name, tool_input, schema, editable, risk, timeout, summary, requirements,
+                session, loop_id, tool_execution_id,
+            )
+        )
+
+    async def approve(
+        self,
+        gate_id: str,
+        *,
+        tool_input: Optional[Mapping[str, Any]] = None,
+        always: bool = False,
+        idempotency_key: Optional[str] = None,
+    ) -> int:
+        """See :meth:`Client.approve`."""
+        return await self._run(_flows.respond(gate_id, _flows.approval(tool_input, always), idempotency_key))
+
+    async def deny(self, gate_id: str, reason: Optional[str] = None, *, idempotency_key: Optional[str] = None) -> int:
+        """See :meth:`Client.deny`."""
+        return await self._run(_flows.respond(gate_id, _flows.denial(reason), idempotency_key))
 
     async def gates(self, state: Optional[str] = "open", *, session: Optional[str] = None) -> List[dict]:
         """See :meth:`Client.gates`."""

@@ -103,11 +103,16 @@ class ServerError(GatehouseError):
 
 
 class Withdrawn(GatehouseError):
-    """:meth:`Client.ask`: the gate was closed (withdrawn by its owner or abandoned) unanswered."""
+    """:meth:`Client.ask`, :meth:`Client.approve_tool_call`: the gate was closed (withdrawn by
+    its owner or abandoned) before anyone answered or decided it; ``view`` is its final view."""
 
     def __init__(self, view: Mapping[str, Any]) -> None:
         reason = (view.get("resolution") or {}).get("reason", "closed")
-        super().__init__(f"the question was withdrawn ({reason}) before anyone answered it")
+        if (view.get("gate") or {}).get("kind") == "harness.permission":
+            message = f"the tool call's permission gate was withdrawn ({reason}) before anyone decided it"
+        else:
+            message = f"the question was withdrawn ({reason}) before anyone answered it"
+        super().__init__(message)
         self.view = dict(view)
 
 
