@@ -25,12 +25,15 @@ import {
   sleep,
   startReceiver,
   stopReceiver,
-  waitForText,
+  waitForText as waitForTextWithin,
   withToken,
   writeTokensFile,
 } from './harness.mjs';
 
 const browser = sharedBrowser();
+
+/** Waits until the locator's text is `expected` (bounded); every read may wait 250 ms, so a failure says what the text was. */
+const waitForText = (locator, expected) => waitForTextWithin(locator, expected, { minReadTimeout: 250 });
 
 const APPROVE_ALWAYS = 'Approve always for this workspace';
 const PHONE_390 = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true };
