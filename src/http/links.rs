@@ -71,7 +71,7 @@ pub(super) async fn confirm_page(
 ) -> Result<Response, ApiError> {
     let record = find(&state, token).await?;
     let gate = record.gate()?;
-    let state = record.view.state;
+    let gate_state = record.view.state;
     let mut html = String::from(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -79,8 +79,8 @@ pub(super) async fn confirm_page(
          <script type=\"module\" src=\"/static/answer.js\"></script></head><body><main class=\"link\">",
     );
     match &gate.tool_call {
-        Some(call) => approval_card(&mut html, &gate, call, state),
-        None => question(&mut html, &gate, state),
+        Some(call) => approval_card(&mut html, &gate, call, gate_state),
+        None => question(&mut html, &gate, gate_state),
     }
     html.push_str("</main></body></html>");
     let mut response = (StatusCode::OK, html).into_response();
