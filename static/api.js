@@ -64,13 +64,17 @@ export function getGate(gateId) {
   return request(`/v1/gates/${encodeURIComponent(gateId)}`);
 }
 
-/** Answers a gate; `key` is the attempt's Idempotency-Key, the same for every retry of it. */
-export function answerGate(view, answer, key) {
+/**
+ * Answers a gate with `body`: `{action: 'answer', values: {answer}}` for AskUser, `{action:
+ * 'Approve' | 'Deny' | …, values?}` for a permission gate. `key` is the attempt's
+ * Idempotency-Key, the same for every retry of it.
+ */
+export function answerGate(view, body, key) {
   const path = `/v1/sessions/${encodeURIComponent(view.session_id)}/gates/${encodeURIComponent(view.gate.id)}`;
   return request(path, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-    body: JSON.stringify({ action: 'answer', values: { answer } }),
+    body: JSON.stringify(body),
   });
 }
 

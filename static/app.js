@@ -5,11 +5,16 @@
 // Journal events are applied idempotently by gate id: a snapshot followed by the journal may
 // repeat what the page already knows, and that must change nothing.
 //
+// A permission gate (`harness.permission`, one with a `tool_call`) shows as an approval card:
+// Approve, Approve always (when offered), Deny with an optional reason and, when the call is
+// editable, an editor of its input (permission.js). Its resolved entry says how it was decided.
+//
 // With a tokens file on the server, any call refused with 401 (or 403 for a token that may not read
 // everything) swaps the lists for a login form; a login sets an HttpOnly cookie and starts over
 // from a snapshot. The token only passes through the form: the script keeps no copy of it.
 
 import { answerGate, getGate, listAllGates, listSomeGates, login, newIdempotencyKey } from './api.js';
+import { APPROVE, DENY, approvalDetails, decisionLine, inputEditor, isSevere } from './permission.js';
 import { JournalFollower } from './stream.js';
 import {
   answerField,
@@ -51,11 +56,12 @@ const dom = {
   loginStatus: document.getElementById('login-status'),
 };
 
-/** gate id → { view, card, fieldset, input, status, errors, attempt, submitting, hadFocus } */
+/** gate id → { view, card, fieldset, input, editor, status, errors, attempt, submitting, hadFocus } */
 const openGates = new Map();
 /** gate id → { view, item } */
 const resolvedGates = new Map();
-/** gate id → { answer, won }: what this tab sent, so the resolved list can say what became of it. */
+/** gate id → { answer, won }: what this tab sent (an answer, or a decision in words), so the
+ *  resolved list can say what became of it. */
 const sentHere = new Map();
 /** session id → its <option> in the session filter */
 const sessionOptions = new Map();
@@ -92,6 +98,7 @@ function addOpen(view) {
 }
 
 function buildOpenCard(view) {
+  if (view.gate.tool_call) return buildApprovalCard(view);
   const { gate } = view;
   const id = gate.id;
   const field = answerField(gate);
@@ -169,15 +176,115 @@ function buildOpenCard(view) {
   return entry;
 }
 
+/** A permission gate's card: the call, and what may be decided on it (its prompt's controls). */
+function buildApprovalCard(view) {
+  const { gate } = view;
+  const id = gate.id;
+  const call = gate.tool_call;
+  const controls = gate.prompt?.controls ?? [];
+  const headingId = `question-${id}`;
+  const reasonId = `reason-${id}`;
+  const entry = { view, input: null, editor: null, attempt: null, submitting: false, hadFocus: false };
+
+  const approvals = controls
+    .filter((control) => control.action !== DENY)
+    .map((control) => {
+      const label = control.label || control.action;
+      const button = h('button', { type: 'button', class: control.action === APPROVE ? 'send' : 'choice', 'data-testid': 'control', 'data-action': control.action }, label);
+      button.addEventListener('click', () => submit(id, { action: control.action }, label));
+      return button;
+    });
+
+  // Only an editable call with an input to start from can be edited (the server insists too).
+  let editButton = null;
+  if (call.editable && call.tool_input !== undefined && controls.some((control) => control.action === APPROVE)) {
+    entry.editor = inputEditor({
+      original: call.tool_input,
+      schema: call.tool_input_schema,
+      idPrefix: `edit-${id}`,
+      onConfirm: (toolInput) => submit(id, { action: APPROVE, values: { tool_input: toolInput } }, 'Approve, edited'),
+    });
+    editButton = h('button', { type: 'button', class: 'choice', 'data-testid': 'edit' }, 'Edit input…');
+    editButton.addEventListener('click', () => entry.editor.open());
+  }
+
+  // Deny has a form of its own, so Enter in the reason denies: it must never approve.
+  const deny = controls.find((control) => control.action === DENY);
+  let denyForm = null;
+  if (deny) {
+    const reason = h('input', { id: reasonId, type: 'text', autocomplete: 'off', enterkeyhint: 'send', 'data-testid': 'deny-reason' });
+    denyForm = h(
+      'form',
+      { class: 'deny', novalidate: true },
+      h('label', { for: reasonId }, 'Reason for denying (optional)'),
+      h('div', { class: 'free-row' }, reason, h('button', { type: 'submit', class: 'deny-button', 'data-testid': 'deny' }, deny.label || DENY)),
+    );
+    denyForm.addEventListener('submit', (event) => {
+      event.preventDefault();
+      const text = reason.value.trim();
+      submit(id, text ? { action: DENY, values: { reason: text } } : { action: DENY }, text ? `Deny: ${text}` : 'Deny');
+    });
+  }
+
+  entry.fieldset = h(
+    'fieldset',
+    {},
+    h('legend', { class: 'visually-hidden' }, 'Decision'),
+    h('div', { class: 'actions' }, approvals, editButton),
+    entry.editor?.element,
+    denyForm,
+  );
+  entry.status = h('p', { class: 'status', 'data-testid': 'gate-status', role: 'status' });
+  entry.errors = h('div', { class: 'errors', role: 'alert', 'data-testid': 'gate-error', hidden: true });
+
+  const severe = isSevere(call.risk);
+  entry.card = h(
+    'li',
+    {
+      class: severe ? `card approval severe risk-${call.risk}` : 'card approval',
+      'data-testid': 'open-gate',
+      'data-kind': 'permission',
+      'data-gate-id': id,
+      'data-session-id': view.session_id,
+      'data-seq': view.opened_seq,
+    },
+    h(
+      'article',
+      { 'aria-labelledby': headingId, tabindex: -1 },
+      h(
+        'p',
+        { class: 'meta' },
+        shortId('session', view.session_id),
+        shortId('loop', view.loop_id),
+        liveTime('asked', view.opened_at),
+        view.deadline && deadlineNote(view),
+      ),
+      approvalDetails(call, headingId),
+      entry.fieldset,
+      entry.status,
+      entry.errors,
+    ),
+  );
+  return entry;
+}
+
+/** What the policy answers at the deadline, in the card's words ("no", or "denied"). */
+function fallbackWords(view) {
+  const policy = view.gate.response_policy;
+  if (policy?.on_timeout !== 'respond') return undefined;
+  if (!view.gate.tool_call) return policy.response?.values?.answer;
+  return policy.response?.action === DENY ? 'denied' : 'approved';
+}
+
 /** "deadline in 4 min, then “no”": when the gate stops waiting and what it answers then. */
 function deadlineNote(view) {
-  const policy = view.gate.response_policy;
-  const fallback = policy?.on_timeout === 'respond' ? policy.response?.values?.answer : undefined;
+  const fallback = fallbackWords(view);
   return h(
     'span',
     { class: 'deadline', 'data-testid': 'deadline' },
     liveTime('deadline', view.deadline),
-    fallback !== undefined && `, then “${fallback}”`,
+    // An answer is quoted, a decision is not: "then “no”", "then denied".
+    fallback !== undefined && (view.gate.tool_call ? `, then ${fallback}` : `, then “${fallback}”`),
   );
 }
 
@@ -217,48 +324,57 @@ function insertNewestFirst(list, element, seq) {
 
 // ---- answering --------------------------------------------------------------------------------
 
-async function submitAnswer(id, answer) {
+function submitAnswer(id, answer) {
+  return submit(id, { action: 'answer', values: { answer } }, answer);
+}
+
+/** Sends `body` as the gate's answer; `said` is what it answers, in words, for the resolved list. */
+async function submit(id, body, said) {
   const entry = openGates.get(id);
   if (!entry || entry.submitting) return;
   // One Idempotency-Key per attempt. Sending the same answer again after an unknown outcome is a
   // retry of that attempt and reuses its key, so a 202 lost on the way back is replayed, not doubled.
-  if (entry.attempt?.answer !== answer) entry.attempt = { answer, key: newIdempotencyKey() };
+  const sent = JSON.stringify(body);
+  if (entry.attempt?.sent !== sent) entry.attempt = { sent, key: newIdempotencyKey() };
   const { key } = entry.attempt;
+  const permission = Boolean(entry.view.gate.tool_call);
   setBusy(entry, true);
   try {
-    const accepted = await answerWithRetries(entry.view, answer, key);
-    sentHere.set(id, { answer, won: true });
+    const accepted = await answerWithRetries(entry.view, body, key);
+    sentHere.set(id, { answer: said, won: true });
     const resolution = {
       type: 'GateResolved',
       gate_id: id,
       reason: 'answered',
-      action: 'answer',
+      action: body.action,
       source: { kind: 'user' },
       created_at: new Date().toISOString(),
     };
+    const answer = permission ? undefined : body.values.answer;
     gateLeftOpen(id, { state: 'resolved', resolved_seq: accepted.journal_seq, resolution, answer });
-    announce('Answer sent.');
+    announce(permission ? 'Decision sent.' : 'Answer sent.');
   } catch (error) {
     if (error.code === 'gate_not_ready' && error.resolution) {
       // Losing a race is an outcome, not an error: the gate has its answer, show the winner's.
-      sentHere.set(id, { answer, won: false });
+      sentHere.set(id, { answer: said, won: false });
       gateLeftOpen(id, provisional(error.resolution, Number.MAX_SAFE_INTEGER));
-      announce('Someone else answered this question first.');
+      announce(permission ? 'Someone else decided this first.' : 'Someone else answered this question first.');
       return;
     }
     // The server refused this answer: whatever is sent next is a new attempt with a new key.
     if (!error.retryable) entry.attempt = null;
     setBusy(entry, false);
-    showError(entry, error);
+    // Problems with an edited input belong next to the editor that made it.
+    if (!entry.editor?.showServerProblems(error.fields)) showError(entry, error);
     if (error.status === 401) needLogin(error);
   }
 }
 
 /** Retries what may not have arrived (no response, 503), always with the same key. */
-async function answerWithRetries(view, answer, key) {
+async function answerWithRetries(view, body, key) {
   for (let attempt = 1; ; attempt += 1) {
     try {
-      return await answerGate(view, answer, key);
+      return await answerGate(view, body, key);
     } catch (error) {
       if (!error.retryable || attempt >= ANSWER_TRIES) throw error;
       await new Promise((resolve) => setTimeout(resolve, 400 * 2 ** (attempt - 1)));
@@ -365,17 +481,32 @@ function showResolved(view) {
 
 function renderResolved({ view, item }) {
   const { resolution } = view;
+  const call = view.gate.tool_call;
   const sent = sentHere.get(view.gate.id);
+  let question;
+  let outcome;
+  if (call) {
+    question = call.summary ? `${call.tool_name}: ${call.summary}` : call.tool_name;
+    const line = decisionLine(view);
+    const effect = view.decision?.effect ?? (resolution.action === DENY ? 'deny' : 'approve');
+    outcome = line
+      ? h('p', { class: `decision decision-${effect}`, 'data-testid': 'decision', 'data-effect': effect }, line)
+      : h('p', { class: 'answer-text none', 'data-testid': 'decision' }, 'No decision');
+  } else {
+    question = view.gate.prompt?.body ?? '';
+    outcome =
+      view.answer !== undefined
+        ? h('p', { class: 'answer-text', 'data-testid': 'answer' }, view.answer)
+        : h('p', { class: 'answer-text none', 'data-testid': 'answer' }, 'No answer');
+  }
   fill(
     item,
-    h('p', { class: 'question', 'data-testid': 'question' }, view.gate.prompt?.body ?? ''),
-    view.answer !== undefined
-      ? h('p', { class: 'answer-text', 'data-testid': 'answer' }, view.answer)
-      : h('p', { class: 'answer-text none', 'data-testid': 'answer' }, 'No answer'),
+    h('p', { class: 'question', 'data-testid': 'question' }, question),
+    outcome,
     h(
       'p',
       { class: 'meta' },
-      h('span', { class: `how how-${resolution.reason}`, 'data-testid': 'how', 'data-reason': resolution.reason }, howResolved(resolution)),
+      h('span', { class: `how how-${resolution.reason}`, 'data-testid': 'how', 'data-reason': resolution.reason }, howResolved(resolution, Boolean(call))),
       liveTime('', resolution.created_at),
       shortId('session', view.session_id),
       shortId('loop', view.loop_id),
@@ -386,9 +517,13 @@ function renderResolved({ view, item }) {
 
 /** What became of the answer this tab sent: it counted, or another one got there first. */
 function sentNote(sent, view) {
-  if (sent.won) return h('p', { class: 'note', 'data-testid': 'own-answer' }, 'You answered this from this page.');
+  const permission = Boolean(view.gate.tool_call);
+  if (sent.won) return h('p', { class: 'note', 'data-testid': 'own-answer' }, permission ? 'You decided this from this page.' : 'You answered this from this page.');
   let text;
-  if (view.resolution.reason === 'answered' && view.answer === sent.answer) {
+  if (permission) {
+    const first = { answered: 'Someone else decided first', policy_response: 'The timeout decided first' };
+    text = `${first[view.resolution.reason] ?? 'The request was closed first'}; your “${sent.answer}” was not used.`;
+  } else if (view.resolution.reason === 'answered' && view.answer === sent.answer) {
     text = 'Someone else gave the same answer first; yours was not needed.';
   } else {
     const first = { answered: 'Someone else answered first', policy_response: 'The timeout answered first' };
@@ -485,12 +620,15 @@ function applyEvent(event, seq) {
   if (event.type === 'GateOpened') {
     if (addOpen(viewFromOpened(event, seq))) {
       updateCounts();
-      announce(`New question: ${event.gate.prompt?.body ?? ''}`.slice(0, 200));
+      const call = event.gate.tool_call;
+      const text = call ? `Approval requested: ${call.tool_name}${call.summary ? `: ${call.summary}` : ''}` : `New question: ${event.gate.prompt?.body ?? ''}`;
+      announce(text.slice(0, 200));
     }
   } else if (event.type === 'GateResolved') {
     gateLeftOpen(event.gate_id, provisional(event, seq));
   }
-  // UserInputRequested repeats GateOpened for the harness: nothing to show.
+  // UserInputRequested and PermissionRequested repeat GateOpened for the harness, and
+  // PermissionDecided what the gate's fetched view has (its `decision`): nothing more to show.
 }
 
 const CONNECTION_WORDS = {

@@ -76,13 +76,13 @@ function withPrefix(prefix, text) {
   return prefix ? `${prefix} ${text}` : text;
 }
 
-/** How a gate left open, in words a person uses. */
-export function howResolved(resolution) {
+/** How a gate left open, in words a person uses; a permission gate is decided, not answered. */
+export function howResolved(resolution, permission = false) {
   switch (resolution?.reason) {
     case 'answered':
-      return 'Answered by a person';
+      return permission ? 'Decided by a person' : 'Answered by a person';
     case 'policy_response':
-      return 'Answered on timeout';
+      return permission ? 'Decided on timeout' : 'Answered on timeout';
     case 'owner_closed':
       return 'Closed by its agent';
     case 'abandoned':
@@ -111,10 +111,14 @@ export function answerField(gate) {
   return gate.prompt?.schema?.fields?.find((field) => field.name === 'answer') ?? { kind: 'text' };
 }
 
-/** Whether the question matches a search: every word somewhere in the question or its title. */
+/**
+ * Whether the question matches a search: every word somewhere in the question or its title (or,
+ * for a permission gate, its tool's name: the body starts with the summary instead when there is one).
+ */
 export function matchesSearch(view, search) {
   if (!search) return true;
-  const text = `${view.gate.prompt?.title ?? ''}\n${view.gate.prompt?.body ?? ''}`.toLowerCase();
+  const { gate } = view;
+  const text = `${gate.prompt?.title ?? ''}\n${gate.tool_call?.tool_name ?? ''}\n${gate.prompt?.body ?? ''}`.toLowerCase();
   return search
     .toLowerCase()
     .split(/\s+/)

@@ -17,6 +17,8 @@ const FILES: &[(&str, &str, &str)] = &[
     ("api.js", "text/javascript; charset=utf-8", include_str!("../../static/api.js")),
     ("stream.js", "text/javascript; charset=utf-8", include_str!("../../static/stream.js")),
     ("view.js", "text/javascript; charset=utf-8", include_str!("../../static/view.js")),
+    ("permission.js", "text/javascript; charset=utf-8", include_str!("../../static/permission.js")),
+    ("schema.js", "text/javascript; charset=utf-8", include_str!("../../static/schema.js")),
 ];
 
 /// The page may load only itself: no inline scripts, no third-party anything. Gate text is

@@ -13,7 +13,8 @@ use super::AppState;
 use super::extract::{IdempotencyKey, JsonBody, Params};
 use super::gates::answer_record;
 use crate::auth::PRINCIPAL_LINK;
-use crate::domain::{AnswerIn, AnsweredBy, GateState};
+use crate::domain::tool_call::{DENY, Risk, ToolCall};
+use crate::domain::{AnswerIn, AnsweredBy, Gate, GateState};
 use crate::http::error::ApiError;
 use crate::store::GateRecord;
 
@@ -62,27 +63,44 @@ fn is_close(resolution: &RawValue) -> bool {
 }
 
 /// A small page: the question and the choices as text (never HTML from the gate), and a script
-/// that posts the chosen answer as JSON to this same URL.
+/// that posts the chosen answer as JSON to this same URL. A permission gate shows its approval
+/// card instead (see `approval_card`).
 pub(super) async fn confirm_page(
     State(state): State<AppState>,
     Params(TokenPath { token }): Params<TokenPath>,
 ) -> Result<Response, ApiError> {
     let record = find(&state, token).await?;
     let gate = record.gate()?;
-    let field = gate.answer_field();
-    let open = record.view.state == GateState::Open;
+    let gate_state = record.view.state;
     let mut html = String::from(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>Answer · gatehouse</title><link rel=\"stylesheet\" href=\"/static/style.css\">\
          <script type=\"module\" src=\"/static/answer.js\"></script></head><body><main class=\"link\">",
     );
+    match &gate.tool_call {
+        Some(call) => approval_card(&mut html, &gate, call, gate_state),
+        None => question(&mut html, &gate, gate_state),
+    }
+    html.push_str("</main></body></html>");
+    let mut response = (StatusCode::OK, html).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(super::assets::CSP));
+    Ok(response)
+}
+
+/// An AskUser gate: its question, and while it is open the text field and the choices.
+fn question(html: &mut String, gate: &Gate, state: GateState) {
+    let field = gate.answer_field();
     html.push_str(&format!(
         "<h1>{}</h1><p class=\"question\">{}</p>",
         escape(&gate.prompt.title),
         escape(&gate.prompt.body)
     ));
-    if open {
+    if state == GateState::Open {
         html.push_str("<form id=\"answer\">");
         if field.is_some_and(|f| f.options.is_empty() || f.allow_other) {
             // Text and "Send" come before the choices: Enter submits through the form's first
@@ -102,17 +120,108 @@ pub(super) async fn confirm_page(
     } else {
         // The link is a capability to answer, not to read: the page says that the gate was
         // answered or closed, never what the answer was.
-        let outcome = outcome(record.view.state == GateState::Closed);
+        let outcome = outcome(state == GateState::Closed);
         html.push_str(&format!("<p role=\"status\">This question was already {outcome}.</p>"));
     }
-    html.push_str("</main></body></html>");
-    let mut response = (StatusCode::OK, html).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(super::assets::CSP));
-    Ok(response)
+}
+
+/// A permission gate: the call (tool, summary, risk, requirements, input as it was asked for) and,
+/// while it is open, its controls: the approvals, Edit when the call is editable, and Deny in a
+/// form of its own with an optional reason, so Enter in the reason denies and never approves.
+/// `answer.js` builds the editor from the original input and its schema, which travel as JSON in
+/// data attributes: attribute-escaped like all gate text, so they are inert until parsed.
+fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateState) {
+    let request = &call.request;
+    let risk = call.risk.map(risk_name);
+    let severe = matches!(call.risk, Some(Risk::High | Risk::Critical));
+    html.push_str(&format!("<h1>{}</h1>", escape(&gate.prompt.title)));
+    match risk.filter(|_| severe) {
+        Some(risk) => html.push_str(&format!(
+            "<article class=\"card approval severe risk-{risk}\" data-risk=\"{risk}\" aria-labelledby=\"tool-name\">"
+        )),
+        None => html.push_str("<article class=\"card approval\" aria-labelledby=\"tool-name\">"),
+    }
+    html.push_str(&format!(
+        "<div class=\"tool-head\"><h2 id=\"tool-name\" class=\"tool-name\">{}</h2>",
+        escape(&request.tool_name)
+    ));
+    if let Some(risk) = risk {
+        html.push_str(&format!("<span class=\"risk risk-{risk}\" data-risk=\"{risk}\">{risk} risk</span>"));
+    }
+    html.push_str("</div>");
+    if !request.summary.is_empty() {
+        html.push_str(&format!("<p class=\"summary\">{}</p>", escape(&request.summary)));
+    }
+    if !request.requirements.is_empty() {
+        html.push_str("<div class=\"requirements\"><p class=\"label\">Needs</p><ul>");
+        for requirement in &request.requirements {
+            html.push_str(&format!("<li>{}</li>", escape(&requirement.description)));
+        }
+        html.push_str("</ul>");
+        let saves: Vec<&str> =
+            request.requirements.iter().flat_map(|r| &r.candidates).map(|c| c.description.as_str()).collect();
+        if !saves.is_empty() {
+            html.push_str(&format!("<p class=\"saves\">Approve always saves: {}</p>", escape(&saves.join("; "))));
+        }
+        html.push_str("</div>");
+    }
+    if let Some(input) = &call.tool_input {
+        let pretty = serde_json::to_string_pretty(input).expect("JSON values serialise");
+        html.push_str(&format!(
+            "<div class=\"input\"><p class=\"label\">Input</p><pre class=\"tool-input\">{}</pre></div>",
+            escape(&pretty)
+        ));
+    }
+    html.push_str("</article>");
+
+    if state != GateState::Open {
+        // As for a question: that it was decided, never how, nor by whom.
+        let outcome = outcome(state == GateState::Closed);
+        html.push_str(&format!("<p role=\"status\">This tool call was already {outcome}.</p>"));
+        return;
+    }
+    let editable = call.editable && call.tool_input.is_some();
+    html.push_str("<div id=\"decide\"");
+    if editable {
+        let json = |value: &serde_json::Value| escape(&value.to_string());
+        html.push_str(&format!(" data-tool-input=\"{}\"", json(call.tool_input.as_ref().expect("editable"))));
+        if let Some(schema) = &call.tool_input_schema {
+            html.push_str(&format!(" data-tool-input-schema=\"{}\"", json(schema)));
+        }
+    }
+    html.push_str("><div class=\"actions\">");
+    let controls = &gate.prompt.controls;
+    for (i, control) in controls.iter().filter(|c| c.action != DENY).enumerate() {
+        let class = if i == 0 { "send" } else { "choice" };
+        html.push_str(&format!(
+            "<button type=\"button\" class=\"{class}\" data-action=\"{}\">{}</button>",
+            escape(&control.action),
+            escape(&control.label)
+        ));
+    }
+    if editable {
+        html.push_str("<button type=\"button\" class=\"choice\" id=\"edit\">Edit input…</button>");
+    }
+    html.push_str("</div>");
+    if let Some(deny) = controls.iter().find(|c| c.action == DENY) {
+        html.push_str(&format!(
+            "<form id=\"deny\" class=\"deny\"><label for=\"reason\">Reason for denying (optional)</label>\
+             <div class=\"free-row\"><input id=\"reason\" name=\"reason\" autocomplete=\"off\">\
+             <button type=\"submit\" class=\"deny-button\" data-action=\"{}\">{}</button></div></form>",
+            escape(&deny.action),
+            escape(&deny.label)
+        ));
+    }
+    html.push_str("</div><p id=\"result\" class=\"result\" role=\"status\"></p>");
+}
+
+fn risk_name(risk: Risk) -> &'static str {
+    match risk {
+        Risk::Low => "low",
+        Risk::Medium => "medium",
+        Risk::High => "high",
+        Risk::Critical => "critical",
+    }
 }
 
 /// Text for HTML: gate text is data, never markup.
@@ -133,11 +242,79 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::GateId;
+    use crate::domain::open::{OpenGateIn, OpenRules};
+
     #[test]
     fn escapes_markup() {
         assert_eq!(
             super::escape("<script>\"a\" & 'b'</script>"),
             "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
         );
+    }
+
+    /// A permission gate opened from `body` (with its ids filled in), as the store would keep it.
+    fn permission_gate(body: serde_json::Value) -> Gate {
+        let mut body = body;
+        body["kind"] = json!("harness.permission");
+        body["loop_id"] = json!("6a1d6d3e-7f0e-4c4b-9a51-0f5f0c1d2e3f");
+        body["tool_execution_id"] = json!("0b0c6b1e-2a3d-4e5f-8a9b-1c2d3e4f5a6b");
+        let open: OpenGateIn = serde_json::from_value(body).unwrap();
+        open.validate(OpenRules::default()).unwrap().gate(GateId::mint())
+    }
+
+    fn card(gate: &Gate, state: GateState) -> String {
+        let mut html = String::new();
+        approval_card(&mut html, gate, gate.tool_call.as_ref().unwrap(), state);
+        html
+    }
+
+    #[test]
+    fn the_approval_card_is_escaped_text_and_its_json_survives_the_attribute() {
+        let input = json!({"command": "echo '</pre><script>alert(1)</script>' \"&amp;\""});
+        let gate = permission_gate(json!({
+            "tool_name": "<b>Bash</b>",
+            "summary": "<img src=x onerror=alert(1)>",
+            "requirements": ["<i>push</i>"],
+            "tool_input": input,
+            "tool_input_schema": {"type": "object", "description": "\"><script>"},
+            "risk": "critical",
+            "editable": true,
+        }));
+        let html = card(&gate, GateState::Open);
+        for markup in ["<b>", "<img", "<i>", "<script", "</pre><script"] {
+            assert!(!html.contains(markup), "{markup} is escaped: {html}");
+        }
+        assert!(html.contains("&lt;b&gt;Bash&lt;/b&gt;"), "{html}");
+        assert!(html.contains("class=\"card approval severe risk-critical\""), "{html}");
+        assert!(html.contains("critical risk"), "{html}");
+        assert!(html.contains("id=\"edit\""), "editable: {html}");
+        assert!(html.contains("<form id=\"deny\""), "{html}");
+        // What the browser reads back from the attribute is the input itself.
+        let start = html.find("data-tool-input=\"").unwrap() + "data-tool-input=\"".len();
+        let attribute = &html[start..start + html[start..].find('"').unwrap()];
+        let unescaped = attribute
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&unescaped).unwrap(), input);
+    }
+
+    #[test]
+    fn a_decided_permission_gate_says_so_and_offers_nothing() {
+        let gate = permission_gate(json!({"tool_name": "Read", "risk": "low", "tool_input": {"path": "a"}}));
+        let html = card(&gate, GateState::Resolved);
+        assert!(html.contains("This tool call was already answered."), "{html}");
+        assert!(!html.contains("<button") && !html.contains("id=\"decide\""), "{html}");
+        assert!(html.contains("class=\"card approval\""), "low risk is plain: {html}");
+        assert!(card(&gate, GateState::Closed).contains("This tool call was already closed."));
+        // Not editable: no editor, and no copy of the input for one.
+        let open = card(&gate, GateState::Open);
+        assert!(!open.contains("id=\"edit\"") && !open.contains("data-tool-input"), "{open}");
     }
 }

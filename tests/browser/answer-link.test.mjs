@@ -5,13 +5,12 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EventEmitter } from 'node:events';
-import http from 'node:http';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   TEST_TIMEOUT,
   WAIT,
+  answerUrlFor,
   answerViaApi,
   createWorld,
   openGate,
@@ -19,70 +18,14 @@ import {
   sharedBrowser,
   shot,
   sleep,
+  startReceiver,
+  stopReceiver,
   waitForText as waitForTextWithin,
 } from './harness.mjs';
 
 const SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
 
 const browser = sharedBrowser();
-
-// ---- the webhook receiver -------------------------------------------------------------------------
-
-/** A webhook endpoint on 127.0.0.1 (any port) that answers 200 and keeps every body it got. */
-function startReceiver() {
-  const receiver = { bodies: [], events: new EventEmitter(), url: null, server: null };
-  receiver.server = http.createServer((request, response) => {
-    let raw = '';
-    request.setEncoding('utf8');
-    request.on('data', (chunk) => {
-      raw += chunk;
-    });
-    request.on('end', () => {
-      response.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
-      let body;
-      try {
-        body = JSON.parse(raw);
-      } catch {
-        body = { unparsable: raw };
-      }
-      receiver.bodies.push(body);
-      receiver.events.emit('body', body);
-    });
-  });
-  return new Promise((resolve, reject) => {
-    receiver.server.once('error', reject);
-    receiver.server.listen(0, '127.0.0.1', () => {
-      receiver.url = `http://127.0.0.1:${receiver.server.address().port}/hook`;
-      resolve(receiver);
-    });
-  });
-}
-
-function stopReceiver(receiver) {
-  receiver.server.closeAllConnections();
-  return new Promise((resolve) => receiver.server.close(() => resolve()));
-}
-
-/** The `answer_url` of the GateOpened notification for `gateId`, once the receiver has it. */
-function answerUrlFor(receiver, gateId) {
-  const matches = (body) => body?.event?.type === 'GateOpened' && body.event.gate?.id === gateId;
-  return new Promise((resolve, reject) => {
-    const done = (body) => {
-      clearTimeout(timer);
-      receiver.events.off('body', onBody);
-      if (typeof body.answer_url === 'string') resolve(body.answer_url);
-      else reject(new Error(`GateOpened without answer_url: ${JSON.stringify(body)}`));
-    };
-    const onBody = (body) => matches(body) && done(body);
-    const timer = setTimeout(() => {
-      receiver.events.off('body', onBody);
-      reject(new Error(`no GateOpened notification for ${gateId}; got ${JSON.stringify(receiver.bodies)}`));
-    }, WAIT);
-    receiver.events.on('body', onBody);
-    const already = receiver.bodies.find(matches);
-    if (already) done(already);
-  });
-}
 
 // ---- one test's world: a receiver, a server, its gates and its pages ----------------------------
 

@@ -1,11 +1,13 @@
 // What the browser tests share: where gatehouse and Chromium are, the bounds every wait obeys, a
 // headless Chromium, gatehouse servers on temporary databases (open, or with a tokens file), the JSON
-// API as an agent (or curl) calls it, with or without a bearer token, and one test's world (its
-// directory, servers and pages, all cleaned up after it).
+// API as an agent (or curl) calls it, with or without a bearer token, a webhook receiver that hands
+// out answer links, and one test's world (its directory, servers and pages, all cleaned up after it).
 // Not a test file itself: `node --test` only runs the `*.test.mjs` files that import it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import http from 'node:http';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -289,6 +291,64 @@ export async function readGate(server, view) {
   const { status, body } = await api(server, 'GET', `/v1/gates/${view.gate.id}`);
   assert.equal(status, 200);
   return body;
+}
+
+// ---- a webhook receiver (where answer links come from) -------------------------------------------
+
+/** A webhook endpoint on 127.0.0.1 (any port) that answers 200 and keeps every body it got. */
+export function startReceiver() {
+  const receiver = { bodies: [], events: new EventEmitter(), url: null, server: null };
+  receiver.server = http.createServer((request, response) => {
+    let raw = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk) => {
+      raw += chunk;
+    });
+    request.on('end', () => {
+      response.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
+      let body;
+      try {
+        body = JSON.parse(raw);
+      } catch {
+        body = { unparsable: raw };
+      }
+      receiver.bodies.push(body);
+      receiver.events.emit('body', body);
+    });
+  });
+  return new Promise((resolve, reject) => {
+    receiver.server.once('error', reject);
+    receiver.server.listen(0, '127.0.0.1', () => {
+      receiver.url = `http://127.0.0.1:${receiver.server.address().port}/hook`;
+      resolve(receiver);
+    });
+  });
+}
+
+export function stopReceiver(receiver) {
+  receiver.server.closeAllConnections();
+  return new Promise((resolve) => receiver.server.close(() => resolve()));
+}
+
+/** The `answer_url` of the GateOpened notification for `gateId`, once the receiver has it. */
+export function answerUrlFor(receiver, gateId) {
+  const matches = (body) => body?.event?.type === 'GateOpened' && body.event.gate?.id === gateId;
+  return new Promise((resolve, reject) => {
+    const done = (body) => {
+      clearTimeout(timer);
+      receiver.events.off('body', onBody);
+      if (typeof body.answer_url === 'string') resolve(body.answer_url);
+      else reject(new Error(`GateOpened without answer_url: ${JSON.stringify(body)}`));
+    };
+    const onBody = (body) => matches(body) && done(body);
+    const timer = setTimeout(() => {
+      receiver.events.off('body', onBody);
+      reject(new Error(`no GateOpened notification for ${gateId}; got ${JSON.stringify(receiver.bodies)}`));
+    }, WAIT);
+    receiver.events.on('body', onBody);
+    const already = receiver.bodies.find(matches);
+    if (already) done(already);
+  });
 }
 
 // ---- waiting ------------------------------------------------------------------------------------------
