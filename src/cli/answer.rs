@@ -1,17 +1,22 @@
 //! `gatehouse answer GATE_ID ANSWER`: answer an open gate, named by its whole id or by a unique
-//! prefix of at least 8 hex digits (the short ids `gatehouse gates` shows). Exit 0 accepted; 2 the
-//! gate was already resolved or closed (the winner on stderr); 1 otherwise (an unknown or
-//! ambiguous prefix too).
+//! prefix of at least 8 hex digits (the short ids `gatehouse gates` shows). A question's gate
+//! takes the text as its answer; a permission gate takes `approve` (with `--input`, an edit),
+//! `approve-always` or `deny` (with `--reason`): the gate's kind decides, so a question's answer
+//! may be the word "approve". Exit 0 accepted; 2 the gate was already resolved or closed (the
+//! winner on stderr); 1 otherwise (an unknown or ambiguous prefix too).
 
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use super::asking::Decision;
 use super::client::{Api, Reply};
 use super::server_backoff;
 use super::terminal::{Lines, escape};
 use crate::config::AnswerArgs;
 use crate::domain::GateId;
+use crate::domain::gate::{ASK_USER, PERMISSION};
+use crate::domain::tool_call::{APPROVE, APPROVE_ALWAYS, DENY};
 
 const TOO_LATE: u8 = 2;
 /// The shortest prefix taken: what `gatehouse gates` shows.
@@ -20,7 +25,7 @@ const SHORTEST_PREFIX: usize = 8;
 pub async fn run(args: AnswerArgs) -> ExitCode {
     let Ok(api) = super::connect("answer", &args.client) else { return ExitCode::FAILURE };
     let outcome = match GateRef::parse(&args.gate_id) {
-        Ok(gate) => answer(&api, &gate, &args.answer).await,
+        Ok(gate) => answer(&api, &gate, &args).await,
         Err(message) => Err(message),
     };
     match outcome {
@@ -107,11 +112,11 @@ fn quote(text: &str) -> String {
     escape(text, Lines::Escape).into_owned()
 }
 
-async fn answer(api: &Api, gate: &GateRef, text: &str) -> Result<ExitCode, String> {
+async fn answer(api: &Api, gate: &GateRef, args: &AnswerArgs) -> Result<ExitCode, String> {
     let found = find(api, gate).await?;
+    let body = body(&found, args)?;
     let (session, gate) = (found["session_id"].as_str().unwrap_or_default(), id_of(&found));
     let path = format!("/v1/sessions/{session}/gates/{gate}");
-    let body = json!({"action": "answer", "values": {"answer": text}});
     // One key for every attempt: a retry after an unknown outcome is the same answer.
     let key = uuid::Uuid::new_v4().to_string();
     let mut backoff = server_backoff();
@@ -138,13 +143,72 @@ async fn answer(api: &Api, gate: &GateRef, text: &str) -> Result<ExitCode, Strin
     }
 }
 
+/// The body of the answer to the gate whose view is `found`, by its kind: a question's answer
+/// text, or a decision on a tool call.
+fn body(found: &Value, args: &AnswerArgs) -> Result<Value, String> {
+    match found["gate"]["kind"].as_str().unwrap_or(ASK_USER) {
+        ASK_USER => {
+            if args.input.is_some() || args.reason.is_some() {
+                return Err("--input and --reason are for permission gates; this gate asks a question: \
+                            give the answer alone"
+                    .into());
+            }
+            Ok(json!({"action": "answer", "values": {"answer": args.answer}}))
+        }
+        PERMISSION => decision_body(found, args),
+        other => Err(format!(
+            "gate {} is of a kind this gatehouse answer does not know: {}",
+            quote(id_of(found)),
+            quote(other)
+        )),
+    }
+}
+
+/// A decision on a permission gate: `approve` (perhaps with an edited `--input`),
+/// `approve-always` (where the gate offers it) or `deny` (perhaps with a `--reason`).
+fn decision_body(found: &Value, args: &AnswerArgs) -> Result<Value, String> {
+    let offered = |action: &str| {
+        found["gate"]["prompt"]["controls"].as_array().into_iter().flatten().any(|c| c["action"] == action)
+    };
+    let word = args.answer.to_ascii_lowercase();
+    let action = match word.as_str() {
+        "approve" => APPROVE,
+        "approve-always" if offered(APPROVE_ALWAYS) => APPROVE_ALWAYS,
+        "approve-always" => {
+            return Err(
+                "this gate offers no approve-always (nothing to save for this workspace): approve or deny it".into()
+            );
+        }
+        "deny" => DENY,
+        _ => {
+            let always = if offered(APPROVE_ALWAYS) { ", approve-always" } else { "" };
+            return Err(format!(
+                "gate {} asks to approve a tool call: answer it with approve{always} or deny, not \"{}\"",
+                quote(id_of(found)),
+                quote(&args.answer)
+            ));
+        }
+    };
+    let mut body = json!({"action": action});
+    match (action, &args.input, &args.reason) {
+        (DENY, Some(_), _) => return Err("--input goes with approve: a denial runs nothing".into()),
+        (DENY, None, Some(reason)) => body["values"] = json!({"reason": reason}),
+        (_, _, Some(_)) => return Err("--reason goes with deny".into()),
+        (_, Some(input), None) => body["values"] = json!({"tool_input": input}),
+        _ => {}
+    }
+    Ok(body)
+}
+
 /// Says who won, in words.
 async fn winner(api: &Api, gate: &str, reply: &Reply) -> String {
     let resolution = &reply.body["error"]["resolution"];
     let view: Value = api.get(&format!("/v1/gates/{gate}")).await.map(|r| r.body).unwrap_or_default();
-    let answer = view["answer"].as_str();
-    let at = resolution["created_at"].as_str().unwrap_or("earlier");
-    let (answer, at) = (answer.map(quote), quote(at));
+    let at = quote(resolution["created_at"].as_str().unwrap_or("earlier"));
+    if let Some(decision) = Decision::of(&view) {
+        return decided(&decision, &at);
+    }
+    let answer = view["answer"].as_str().map(quote);
     match (resolution["reason"].as_str().unwrap_or(""), answer) {
         ("answered", Some(answer)) => {
             let by = resolution["source"]["principal"].as_str().map_or("a person".to_owned(), quote);
@@ -155,9 +219,75 @@ async fn winner(api: &Api, gate: &str, reply: &Reply) -> String {
     }
 }
 
+/// A decision already made, in words.
+fn decided(decision: &Decision, at: &str) -> String {
+    let by = match (&decision.principal, decision.by_policy) {
+        (_, true) => "by its timeout".to_owned(),
+        (Some(principal), false) => format!("by {}", quote(principal)),
+        (None, false) => "by a person".to_owned(),
+    };
+    match (decision.approved, &decision.reason) {
+        (true, _) if decision.edited => format!("already approved, with an edited input, {by} at {at}"),
+        (true, _) => format!("already approved {by} at {at}"),
+        (false, Some(reason)) => format!("already denied {by} at {at}: \"{}\"", quote(reason)),
+        (false, None) => format!("already denied {by} at {at}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(answer: &str, input: Option<Value>, reason: Option<&str>) -> AnswerArgs {
+        AnswerArgs {
+            gate_id: "9d3e4f50".into(),
+            answer: answer.into(),
+            reason: reason.map(str::to_owned),
+            input,
+            client: crate::config::ClientArgs { url: String::new(), token: None },
+        }
+    }
+
+    #[test]
+    fn the_gate_kind_decides_what_an_answer_means() {
+        let question = json!({"gate": {"id": "q", "prompt": {}}});
+        let body = |found: &Value, a: AnswerArgs| body(found, &a);
+        assert_eq!(
+            body(&question, args("approve", None, None)).unwrap(),
+            json!({"action": "answer", "values": {"answer": "approve"}}),
+            "a question's answer may be the word approve"
+        );
+        assert!(body(&question, args("yes", None, Some("why"))).unwrap_err().contains("--reason"));
+        let permission = |always: bool| {
+            let mut controls = vec![json!({"action": APPROVE})];
+            if always {
+                controls.push(json!({"action": APPROVE_ALWAYS}));
+            }
+            controls.push(json!({"action": DENY}));
+            json!({"gate": {"id": "p", "kind": PERMISSION, "prompt": {"controls": controls}}})
+        };
+        let edit = json!({"command": "ls"});
+        assert_eq!(body(&permission(false), args("approve", None, None)).unwrap(), json!({"action": "Approve"}));
+        assert_eq!(
+            body(&permission(false), args("Approve", Some(edit.clone()), None)).unwrap(),
+            json!({"action": "Approve", "values": {"tool_input": edit}})
+        );
+        assert_eq!(
+            body(&permission(false), args("deny", None, Some("not now"))).unwrap(),
+            json!({"action": "Deny", "values": {"reason": "not now"}})
+        );
+        assert_eq!(
+            body(&permission(true), args("approve-always", None, None)).unwrap(),
+            json!({"action": APPROVE_ALWAYS})
+        );
+        assert!(
+            body(&permission(false), args("approve-always", None, None)).unwrap_err().contains("no approve-always")
+        );
+        assert!(body(&permission(false), args("deny", Some(edit), None)).unwrap_err().contains("--input"));
+        assert!(body(&permission(false), args("approve", None, Some("x"))).unwrap_err().contains("--reason"));
+        let other = body(&permission(true), args("yes\u{1b}", None, None)).unwrap_err();
+        assert!(other.contains("approve, approve-always or deny") && !other.contains('\u{1b}'), "{other}");
+    }
 
     #[test]
     fn gate_refs_are_whole_ids_or_prefixes_of_the_hyphenated_form() {

@@ -1,6 +1,7 @@
-//! The flow every asker shares (`gatehouse ask`, `gatehouse mcp`): open a gate, wait for it to
-//! leave `open` (riding out server restarts), withdraw it when the asker gives up, and
-//! acknowledge the loop command an answer produced.
+//! The flow every asker shares (`gatehouse ask`, `gatehouse approve`, `gatehouse mcp`): open a
+//! gate (a question, or a permission gate for a tool call), wait for it to leave `open` (riding
+//! out server restarts), withdraw it when the asker gives up, and acknowledge the loop command an
+//! answer or a decision produced.
 
 use std::time::Duration;
 
@@ -9,10 +10,13 @@ use tokio::time::Instant;
 
 use super::client::{Api, ClientError, Reply};
 use super::server_backoff;
+use crate::domain::gate::PERMISSION;
+use crate::domain::tool_call::DENY;
 
 /// Where a question ended.
 pub enum Ending {
-    /// Answered (by a person or by the default): the final view.
+    /// Answered or decided (by a person, or by the default or policy at the deadline): the final
+    /// view.
     Answered(Value),
     /// Withdrawn by its owner or abandoned.
     Withdrawn(Value),
@@ -49,7 +53,7 @@ pub struct Question {
 
 impl Question {
     /// The open body for this question from `loop_id`'s tool execution `tool`.
-    fn body(&self, loop_id: &str, tool: &str) -> Result<Value, String> {
+    pub fn body(&self, loop_id: &str, tool: &str) -> Result<Value, String> {
         let mut body = json!({"loop_id": loop_id, "tool_execution_id": tool, "question": self.text});
         if !self.choices.is_empty() {
             body["choices"] = json!(self.choices);
@@ -59,7 +63,7 @@ impl Question {
             body["title"] = json!(title);
         }
         if let Some(timeout) = self.timeout {
-            let nanos = i64::try_from(timeout.as_nanos()).map_err(|_| "the timeout is too long".to_owned())?;
+            let nanos = nanos(timeout)?;
             body["response_policy"] = match &self.default {
                 Some(default) => json!({"timeout": nanos, "on_timeout": "respond",
                                         "response": {"action": "answer", "values": {"answer": default}}}),
@@ -69,21 +73,118 @@ impl Question {
         Ok(body)
     }
 
-    /// When the asker stops waiting by itself: at the timeout, unless the server answers then.
+    /// How long the asker waits by itself: the timeout, unless the server answers then.
+    pub fn own_timeout(&self) -> Option<Duration> {
+        self.timeout.filter(|_| self.default.is_none())
+    }
+
+    /// When the asker stops waiting by itself (see `own_timeout`).
     pub fn deadline(&self) -> Option<Instant> {
-        self.timeout.filter(|_| self.default.is_none()).map(|t| Instant::now() + t)
+        self.own_timeout().map(|t| Instant::now() + t)
     }
 }
 
-/// Opens the gate (or finds the one these ids opened before) and returns its view. The ids make
-/// it idempotent, so transient trouble is simply retried.
-pub async fn open(api: &Api, session: &str, loop_id: &str, tool: &str, question: &Question) -> Result<Value, String> {
-    let body = question.body(loop_id, tool)?;
+/// What a permission gate asks: leave to run one tool call. The server always decides it: a
+/// person does, or the gate's policy denies it at the deadline (the server's default policy
+/// without a timeout here), so its asker never stops waiting by itself.
+#[derive(Debug, Clone)]
+pub struct Approval {
+    pub tool_name: String,
+    /// The call's arguments, a JSON object.
+    pub input: Value,
+    /// The JSON Schema of the input, which an edit must fit.
+    pub schema: Option<Value>,
+    /// Whether the person may edit the input before approving it.
+    pub editable: bool,
+    /// `low`, `medium`, `high` or `critical`.
+    pub risk: Option<String>,
+    /// What the call does, in a line (the server shows the tool's name without one).
+    pub summary: Option<String>,
+    /// The capabilities the call needs, in words.
+    pub requirements: Vec<String>,
+    /// Deny the call when nobody decides within this long.
+    pub timeout: Option<Duration>,
+}
+
+impl Approval {
+    /// The open body for this call from `loop_id`'s tool execution `tool`.
+    pub fn body(&self, loop_id: &str, tool: &str) -> Result<Value, String> {
+        let mut body = json!({
+            "kind": PERMISSION, "loop_id": loop_id, "tool_execution_id": tool,
+            "tool_name": self.tool_name, "tool_input": self.input,
+        });
+        if let Some(schema) = &self.schema {
+            body["tool_input_schema"] = schema.clone();
+        }
+        if self.editable {
+            body["editable"] = json!(true);
+        }
+        if let Some(risk) = &self.risk {
+            body["risk"] = json!(risk);
+        }
+        if let Some(summary) = &self.summary {
+            body["summary"] = json!(summary);
+        }
+        if !self.requirements.is_empty() {
+            body["requirements"] = json!(self.requirements);
+        }
+        if let Some(timeout) = self.timeout {
+            body["response_policy"] =
+                json!({"timeout": nanos(timeout)?, "on_timeout": "respond", "response": {"action": DENY}});
+        }
+        Ok(body)
+    }
+}
+
+/// A permission gate's decision, as its resolved view shows it (`decision`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub approved: bool,
+    /// The input the call runs with: the one asked for, or the person's edit (approvals only).
+    pub tool_input: Option<Value>,
+    pub edited: bool,
+    /// A denial's reason, when the person gave one.
+    pub reason: Option<String>,
+    /// Who decided, when the server knows.
+    pub principal: Option<String>,
+    /// Denied by the gate's policy at its deadline: nobody decided in time.
+    pub by_policy: bool,
+}
+
+impl Decision {
+    /// The decision of a resolved permission gate's view; `None` for any other view.
+    pub fn of(view: &Value) -> Option<Self> {
+        let decision = &view["decision"];
+        let approved = match decision["effect"].as_str()? {
+            "approve" => true,
+            "deny" => false,
+            _ => return None,
+        };
+        let text = |key: &str| decision[key].as_str().map(str::to_owned);
+        Some(Self {
+            approved,
+            tool_input: decision.get("tool_input").filter(|input| !input.is_null()).cloned(),
+            edited: decision["edited"].as_bool().unwrap_or(false),
+            reason: text("reason").filter(|reason| !reason.is_empty()),
+            principal: text("principal"),
+            by_policy: decision["source"] == "policy",
+        })
+    }
+}
+
+/// A timeout as the API's nanoseconds.
+fn nanos(timeout: Duration) -> Result<i64, String> {
+    i64::try_from(timeout.as_nanos()).map_err(|_| "the timeout is too long".to_owned())
+}
+
+/// Opens the gate `body` describes in `session` (or finds the one its ids opened before) and
+/// returns its view. The ids make it idempotent, so transient trouble is simply retried.
+pub async fn open(api: &Api, session: &str, body: &Value) -> Result<Value, String> {
     let path = format!("/v1/sessions/{session}/gates");
     const TRIES: usize = 5;
     let mut backoff = server_backoff();
     for attempt in 1..=TRIES {
-        match api.post(&path, Some(&body), None).await {
+        match api.post(&path, Some(body), None).await {
             Ok(reply) if reply.ok() => return Ok(reply.body),
             // No wait after the last try: it would only delay the error.
             Ok(reply) if reply.retryable() && attempt < TRIES => backoff.wait().await,
@@ -178,8 +279,8 @@ impl Asked {
         last.expect("tried at least once")
     }
 
-    /// Acknowledges the `ProvideUserInput` this gate put in our loop's inbox: the asker is the
-    /// loop, and it has used the answer.
+    /// Acknowledges the command this gate put in our loop's inbox (`ProvideUserInput`, or
+    /// `ApproveToolCall` / `DenyToolCall`): the asker is the loop, and it has used the answer.
     pub async fn ack(&self) -> Result<(), String> {
         let command = self.command().await?;
         let id = command["command"]["command_id"].as_str().ok_or("a command without an id")?;

@@ -47,12 +47,13 @@ impl Reply {
             message if message.is_empty() => "request failed".to_owned(),
             message => message,
         };
-        for field in self.body["error"]["fields"].as_array().into_iter().flatten() {
-            message.push_str(&format!("\n  {}: {}", text(&field["path"]), text(&field["message"])));
-        }
         message.push_str(&format!(" ({} {})", self.status, text(&self.body["error"]["code"])));
         if self.status == 401 {
             message.push_str(&format!("; {}", token_hint(self.token_sent)));
+        }
+        // One line per field below, `path: message`, where the person can read them.
+        for field in self.body["error"]["fields"].as_array().into_iter().flatten() {
+            message.push_str(&format!("\n  {}: {}", text(&field["path"]), text(&field["message"])));
         }
         message
     }
@@ -165,5 +166,26 @@ fn token_hint(token_sent: bool) -> &'static str {
         "the server does not accept GATEHOUSE_TOKEN; set it to a token from the server's tokens file"
     } else {
         "the server wants a token: set GATEHOUSE_TOKEN to one from its tokens file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_problems_follow_the_message_one_per_line_escaped() {
+        let reply = Reply {
+            status: 400,
+            body: serde_json::json!({"error": {"code": "gate_values_invalid", "message": "the values do not fit the gate",
+                "fields": [{"path": "/values/tool_input/command", "message": "5 is not of type \"string\""},
+                           {"path": "/values/tool_input/x\u{1b}", "message": "unknown"}]}}),
+            token_sent: false,
+        };
+        assert_eq!(
+            reply.message(),
+            "the values do not fit the gate (400 gate_values_invalid)\n  /values/tool_input/command: 5 is not of type \
+             \"string\"\n  /values/tool_input/x\\u{1b}: unknown"
+        );
     }
 }

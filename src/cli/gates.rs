@@ -1,10 +1,12 @@
 //! `gatehouse gates`: the open gates (or all with --all) as a table; --watch then prints one line
 //! per change, live. Gate ids show as their first eight characters, which `gatehouse answer`
-//! takes as a prefix. Text from others is escaped for the terminal.
+//! takes as a prefix. Each row names its gate's kind: a question shows its text and choices, a
+//! permission gate its tool (and risk), its summary, and the words `gatehouse answer` takes for
+//! it. Text from others (tool names too) is escaped for the terminal.
 
 use std::process::ExitCode;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::client::Api;
 use super::sse::Reader;
@@ -12,6 +14,11 @@ use super::terminal::{Lines, escape};
 use super::{say, server_backoff, short};
 use crate::config::GatesArgs;
 use crate::domain::Timestamp;
+use crate::domain::gate::{ASK_USER, PERMISSION};
+use crate::domain::tool_call::{APPROVE, APPROVE_ALWAYS, DENY};
+
+/// The width of the question (or tool call) column.
+const SUBJECT: usize = 30;
 
 pub async fn run(args: GatesArgs) -> ExitCode {
     let Ok(api) = super::connect("gates", &args.client) else { return ExitCode::FAILURE };
@@ -22,7 +29,10 @@ pub async fn run(args: GatesArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    say(&format!("{:<8}  {:<8}  {:<8}  {:<8}  {:<30}  CHOICES", "GATE", "SESSION", "STATE", "AGE", "QUESTION"));
+    say(&format!(
+        "{:<8}  {:<8}  {:<8}  {:<8}  {:<10}  {:<SUBJECT$}  CHOICES",
+        "GATE", "SESSION", "STATE", "AGE", "KIND", "QUESTION / TOOL CALL"
+    ));
     for view in &gates {
         say(&row(view));
     }
@@ -53,23 +63,62 @@ async fn snapshot(api: &Api, all: bool) -> Result<(Vec<Value>, i64), String> {
 }
 
 fn row(view: &Value) -> String {
-    let question: String = view["gate"]["prompt"]["body"].as_str().unwrap_or("").chars().take(30).collect();
-    let choices: Vec<&str> = view["gate"]["prompt"]["schema"]["fields"][0]["options"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o["value"].as_str())
-        .collect();
+    let gate = &view["gate"];
+    let kind = gate["kind"].as_str().unwrap_or(ASK_USER);
+    let (subject, choices) = match kind {
+        // A tool's name is shown as it is, line breaks escaped: it names what runs.
+        PERMISSION => tool_call(gate),
+        _ => {
+            let choices: Vec<&str> = gate["prompt"]["schema"]["fields"][0]["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o["value"].as_str())
+                .collect();
+            // A question's line breaks read best as spaces in a one-line cell.
+            let question: String = gate["prompt"]["body"].as_str().unwrap_or("").chars().take(SUBJECT).collect();
+            (question.replace(['\n', '\r'], " "), choices.join(", "))
+        }
+    };
+    let subject: String = subject.chars().take(SUBJECT).collect();
     format!(
-        "{:<8}  {:<8}  {:<8}  {:<8}  {:<30}  {}",
-        cell(short(view["gate"]["id"].as_str().unwrap_or(""))),
+        "{:<8}  {:<8}  {:<8}  {:<8}  {:<10}  {:<SUBJECT$}  {}",
+        cell(short(gate["id"].as_str().unwrap_or(""))),
         cell(short(view["session_id"].as_str().unwrap_or(""))),
         cell(view["state"].as_str().unwrap_or("")),
         age(view["opened_at"].as_str().unwrap_or("")),
-        // A question's line breaks read best as spaces in a one-line cell.
-        cell(&question.replace(['\n', '\r'], " ")),
-        cell(&choices.join(", "))
+        cell(kind_name(kind)),
+        cell(&subject),
+        cell(&choices)
     )
+}
+
+/// A kind as the table names it: `ask` and `permission` for the two gatehouse serves.
+fn kind_name(kind: &str) -> &str {
+    match kind {
+        ASK_USER => "ask",
+        PERMISSION => "permission",
+        other => other,
+    }
+}
+
+/// A permission gate's cells: `TOOL [risk]: summary` (the tool first, since the summary may be
+/// long), and the words `gatehouse answer` takes for it.
+fn tool_call(gate: &Value) -> (String, String) {
+    let call = &gate["tool_call"];
+    let mut subject = call["tool_name"].as_str().unwrap_or("?").to_owned();
+    if let Some(risk) = call["risk"].as_str() {
+        subject.push_str(&format!(" [{risk}]"));
+    }
+    if let Some(summary) = call["summary"].as_str().filter(|s| !s.is_empty()) {
+        subject.push_str(": ");
+        subject.push_str(summary);
+    }
+    let always = gate["prompt"]["controls"].as_array().into_iter().flatten().any(|c| c["action"] == APPROVE_ALWAYS);
+    let editable = if call["editable"] == true { " (editable)" } else { "" };
+    let choices =
+        if always { format!("approve{editable}, approve-always, deny") } else { format!("approve{editable}, deny") };
+    (subject, choices)
 }
 
 /// Text from the server as it may appear in one line of the terminal.
@@ -121,8 +170,34 @@ async fn watch(api: &Api, mut after: i64) {
 fn describe(event: &Value) -> Option<String> {
     let gate = |id: &Value| cell(short(id.as_str().unwrap_or("")));
     match event["type"].as_str()? {
+        "GateOpened" if event["gate"]["kind"] == PERMISSION => {
+            let (subject, _) = tool_call(&event["gate"]);
+            Some(format!("opened    {}  permission {}", gate(&event["gate"]["id"]), cell(&subject)))
+        }
         "GateOpened" => {
             Some(format!("opened    {}  {}", gate(&event["gate"]["id"]), quoted(&event["gate"]["prompt"]["body"])))
+        }
+        // A permission gate's decision is told by the PermissionDecided that follows.
+        "GateResolved" if matches!(event["action"].as_str(), Some(APPROVE | APPROVE_ALWAYS | DENY)) => None,
+        "PermissionDecided" => {
+            let by = match (event["reason"].as_str(), event["principal"].as_str()) {
+                (Some("timed_out"), _) => "by its timeout".to_owned(),
+                (_, Some(principal)) => format!("by {}", cell(principal)),
+                _ => "by a person".to_owned(),
+            };
+            let tool = cell(event["subject"].as_str().unwrap_or(""));
+            Some(match event["effect"].as_str().unwrap_or("") {
+                "approve" if event["edited"] == true => {
+                    format!("approved  {}  {tool}, edited ({by})", gate(&event["gate_id"]))
+                }
+                "approve" => format!("approved  {}  {tool} ({by})", gate(&event["gate_id"])),
+                _ => match event["message"].as_str().filter(|m| !m.is_empty()) {
+                    Some(message) => {
+                        format!("denied    {}  {tool}: {} ({by})", gate(&event["gate_id"]), quoted(&json!(message)))
+                    }
+                    None => format!("denied    {}  {tool} ({by})", gate(&event["gate_id"])),
+                },
+            })
         }
         "GateResolved" => Some(match event["reason"].as_str().unwrap_or("") {
             reason @ ("answered" | "policy_response") => format!(
@@ -162,6 +237,38 @@ mod tests {
         let opened = serde_json::json!({"type": "GateOpened", "gate": {"id": "9d3e4f50", "prompt": {"body": hostile}}});
         assert_eq!(describe(&opened).unwrap(), "opened    9d3e4f50  \"Q\\u{1b}]52;c;eA==\\u{7}\\u{202e}x\"");
         for line in [line, describe(&answered).unwrap(), describe(&opened).unwrap()] {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn permission_rows_and_changes_name_the_tool_escaped() {
+        let view = serde_json::json!({
+            "session_id": "a1b2c3d4-0000", "state": "open", "opened_at": "",
+            "gate": {"id": "7572f04a-c9bb", "kind": "harness.permission",
+                     "prompt": {"body": "ignored", "controls": [{"action": "Approve"}, {"action": APPROVE_ALWAYS},
+                                                              {"action": "Deny"}]},
+                     "tool_call": {"tool_name": "Ba\u{1b}[2Jsh\nrm", "risk": "high", "summary": "git push",
+                                   "editable": true}},
+        });
+        let line = row(&view);
+        assert!(line.contains("  permission  Ba\\u{1b}[2Jsh\\nrm [high]: git pu"), "{line}");
+        assert!(line.ends_with("approve (editable), approve-always, deny"), "{line}");
+        let opened = serde_json::json!({"type": "GateOpened", "gate": view["gate"]});
+        assert_eq!(describe(&opened).unwrap(), "opened    7572f04a  permission Ba\\u{1b}[2Jsh\\nrm [high]: git push");
+        let resolved = serde_json::json!({"type": "GateResolved", "gate_id": "7572f04a", "reason": "answered",
+                                          "action": "Deny"});
+        assert_eq!(describe(&resolved), None, "PermissionDecided tells it");
+        let denied = serde_json::json!({"type": "PermissionDecided", "gate_id": "7572f04a", "effect": "deny",
+            "reason": "denied", "subject": "Bash", "message": "not\u{202e} now", "principal": "alice"});
+        assert_eq!(describe(&denied).unwrap(), "denied    7572f04a  Bash: \"not\\u{202e} now\" (by alice)");
+        let edited = serde_json::json!({"type": "PermissionDecided", "gate_id": "7572f04a", "effect": "approve",
+            "reason": "approved", "subject": "Bash", "edited": true});
+        assert_eq!(describe(&edited).unwrap(), "approved  7572f04a  Bash, edited (by a person)");
+        let timed_out = serde_json::json!({"type": "PermissionDecided", "gate_id": "7572f04a", "effect": "deny",
+            "reason": "timed_out", "subject": "Bash"});
+        assert_eq!(describe(&timed_out).unwrap(), "denied    7572f04a  Bash (by its timeout)");
+        for line in [line, describe(&opened).unwrap(), describe(&denied).unwrap()] {
             assert!(!line.chars().any(char::is_control), "{line:?}");
         }
     }

@@ -4,16 +4,22 @@
 //!
 //! - `ask_user` opens a gate and returns the answer once a person gives it (or the default at
 //!   the deadline); a withdrawn gate, or no answer in time without a default, is a tool error.
-//! - `approve_tool_call` asks whether a tool call may run, with the choices `allow` and `deny`
-//!   (or a reason typed instead), and returns what coding agents' permission-prompt tools expect:
-//!   `{"behavior":"allow","updatedInput":…}` or `{"behavior":"deny","message":…}`.
+//! - `approve_tool_call` opens a permission gate (`harness.permission`) for a tool call, and
+//!   returns the decision as structured content: `{"approved", "tool_input", "edited", "reason",
+//!   "principal", "timed_out"}` (its JSON as the text too).
+//! - `permission_prompt` speaks Claude Code's `--permission-prompt-tool` contract: it opens an
+//!   editable permission gate for `{tool_name, input, tool_use_id?}` and returns one text, the
+//!   JSON `{"behavior":"allow","updatedInput":…}` or `{"behavior":"deny","message":…}`. Whatever
+//!   goes wrong (a withdrawn gate, an unreachable server) is a denial saying why: the call never
+//!   runs without a person's approval.
 //!
 //! **One question, one gate.** A call's gate is found again, not opened twice, when the call is
-//! retried: its tool execution id is derived from the tool, its arguments, and the client's
-//! `_meta["gatehouse/call_id"]` when it sends one. Without that id, identical calls share one
-//! gate while it waits and while its answer is not yet taken; once an answer was returned (its
-//! command acknowledged) or the gate was withdrawn, the same question asked again is a new gate.
-//! The session (`--session`) and loop are stable, so this holds across restarts of this server.
+//! retried: its tool execution id is derived from the tool, its arguments, and the client's own
+//! id for the call when it sends one (`permission_prompt`'s `tool_use_id`, or
+//! `_meta["gatehouse/call_id"]`). Without that id, identical calls share one gate while it waits
+//! and while its answer is not yet taken; once an answer was returned (its command acknowledged)
+//! or the gate was withdrawn, the same question asked again is a new gate. The session
+//! (`--session`) and loop are stable, so this holds across restarts of this server.
 //!
 //! While a call waits it sends progress notifications when the client asked for them; a call
 //! the client cancels withdraws its gate. Only MCP messages go to stdout; logs go to stderr.
@@ -21,6 +27,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -28,18 +35,16 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 use sha2::Digest;
 
-use super::asking::{self, Asked, Ending, Question};
+use super::asking::{self, Approval, Asked, Decision, Ending, Question};
 use super::client::Api;
 use crate::config::McpArgs;
 
 /// How often a waiting call reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
-/// The longest question a gate takes (bytes); an approval's input is cut to fit.
-const MAX_QUESTION: usize = 4096;
 /// Identical questions already answered that a call looks past before opening a new gate.
 const MAX_GENERATIONS: u32 = 1000;
 /// The `_meta` key of a client's own id for a tool call (stable across its retries).
@@ -71,8 +76,81 @@ pub struct AskUser {
 pub struct ApproveToolCall {
     /// The tool the agent wants to call.
     pub tool_name: String,
-    /// The input it wants to call it with.
-    pub input: Value,
+    /// The input it wants to call it with (a JSON object).
+    pub input: Map<String, Value>,
+    /// The JSON Schema of the input: a person's edit must fit it.
+    #[serde(default)]
+    pub tool_input_schema: Option<Value>,
+    /// Let the person edit the input before approving it.
+    #[serde(default)]
+    pub editable: Option<bool>,
+    /// How risky the call is, as the person is shown.
+    #[serde(default)]
+    pub risk: Option<Risk>,
+    /// What the call does, in a line (shown first; default: the tool's name).
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// Deny the call when nobody decides within this many seconds (default: the server's
+    /// permission timeout, 5 minutes unless it was set otherwise).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+/// The arguments of `permission_prompt`: what Claude Code sends its `--permission-prompt-tool`.
+/// Unknown members are ignored rather than refused, so that a client that sends more still gets
+/// a decision.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct PermissionPrompt {
+    /// The tool the agent wants to call.
+    pub tool_name: String,
+    /// The input it wants to call it with (a JSON object).
+    pub input: Map<String, Value>,
+    /// The client's id of this tool use: a retry with it finds the same decision.
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
+}
+
+/// What `approve_tool_call` returns (as structured content, and its JSON as text).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ToolCallDecision {
+    /// Whether the call may run.
+    pub approved: bool,
+    /// The input it may run with: as asked, or as the person edited it (null when denied).
+    pub tool_input: Option<Map<String, Value>>,
+    /// Whether the person edited the input.
+    pub edited: bool,
+    /// The person's reason for a denial, when they gave one.
+    pub reason: Option<String>,
+    /// Who decided, when the server knows.
+    pub principal: Option<String>,
+    /// Denied because nobody decided in time (by the gate's policy).
+    pub timed_out: bool,
+}
+
+impl ToolCallDecision {
+    fn of(decision: Decision) -> Self {
+        let tool_input = match decision.tool_input {
+            Some(Value::Object(input)) if decision.approved => Some(input),
+            _ => None,
+        };
+        Self {
+            approved: decision.approved,
+            tool_input,
+            edited: decision.edited,
+            reason: decision.reason,
+            principal: decision.principal,
+            timed_out: decision.by_policy,
+        }
+    }
 }
 
 /// The MCP server: one gatehouse session, one loop in it.
@@ -144,28 +222,73 @@ impl Gatehouse {
         })
     }
 
-    #[tool(description = "Ask a person whether a tool call may run (through gatehouse), and wait for the decision. \
-                       Returns JSON text: {\"behavior\":\"allow\",\"updatedInput\":<input>} or \
-                       {\"behavior\":\"deny\",\"message\":<why>}, the shape of a permission-prompt tool.")]
+    #[tool(
+        description = "Ask a person whether a tool call may run (through gatehouse), and wait for the decision. \
+                       Opens a permission gate: the person approves the input as it is, approves an edit (with \
+                       editable, checked against tool_input_schema), or denies it with a reason. Returns \
+                       {approved, tool_input (what the call may run with), edited, reason, principal, timed_out}. \
+                       Without a decision within timeout_seconds (default: the server's, 5 minutes) the call is \
+                       denied. Retrying the same call finds the same gate.",
+        output_schema = schema_for_output::<ToolCallDecision>()
+    )]
     async fn approve_tool_call(
         &self,
         Parameters(args): Parameters<ApproveToolCall>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let identity =
-            json!({"tool": "approve_tool_call", "arguments": {"tool_name": args.tool_name, "input": args.input}});
-        let question = Question {
-            text: approval_question(&args.tool_name, &args.input),
-            choices: vec!["allow".into(), "deny".into()],
-            allow_other: true,
-            timeout: None,
-            default: None,
-            title: Some(format!("Allow {}?", args.tool_name)),
+        let identity = json!({"tool": "approve_tool_call", "arguments": {
+            "tool_name": args.tool_name, "input": args.input, "tool_input_schema": args.tool_input_schema,
+            "editable": args.editable, "risk": args.risk, "summary": args.summary,
+            "timeout_seconds": args.timeout_seconds,
+        }});
+        let risk = args.risk.map(|risk| json!(risk).as_str().unwrap_or_default().to_owned());
+        let approval = Approval {
+            tool_name: args.tool_name,
+            input: Value::Object(args.input),
+            schema: args.tool_input_schema,
+            editable: args.editable.unwrap_or(false),
+            risk,
+            summary: args.summary,
+            requirements: Vec::new(),
+            timeout: args.timeout_seconds.map(Duration::from_secs),
         };
-        Ok(match self.ask(identity, &question, &ctx).await {
-            Ok(answer) => CallToolResult::success(vec![ContentBlock::text(decision(&answer, args.input).to_string())]),
+        let explicit = call_id(&ctx);
+        Ok(match self.decide(identity, explicit, &approval, &ctx).await {
+            Ok(decision) => {
+                let decision = ToolCallDecision::of(decision);
+                CallToolResult::structured(serde_json::to_value(decision).expect("plain data serialises"))
+            }
             Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
         })
+    }
+
+    #[tool(description = "Claude Code's permission prompt (--permission-prompt-tool): ask a person through \
+                       gatehouse whether a tool call may run, and wait for the decision. The person may approve \
+                       it, edit its input first, or deny it. Returns JSON text: \
+                       {\"behavior\":\"allow\",\"updatedInput\":<input>} or \
+                       {\"behavior\":\"deny\",\"message\":<why>}.")]
+    async fn permission_prompt(
+        &self,
+        Parameters(args): Parameters<PermissionPrompt>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let identity =
+            json!({"tool": "permission_prompt", "arguments": {"tool_name": args.tool_name, "input": args.input}});
+        let approval = Approval {
+            tool_name: args.tool_name,
+            input: Value::Object(args.input),
+            schema: None,
+            // The person can fix the arguments instead of denying the call.
+            editable: true,
+            risk: None,
+            summary: None,
+            requirements: Vec::new(),
+            timeout: None,
+        };
+        let explicit = args.tool_use_id.or_else(|| call_id(&ctx));
+        let decided = self.decide(identity, explicit, &approval, &ctx).await;
+        let behavior = permission_behavior(decided, &approval.input);
+        Ok(CallToolResult::success(vec![ContentBlock::text(behavior.to_string())]))
     }
 }
 
@@ -176,8 +299,45 @@ impl ServerHandler for Gatehouse {
             .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Use ask_user when you need a decision or information only a person has; use approve_tool_call \
-                 before a tool call that needs a person's permission. Both wait until the person answers.",
+                 before a tool call that needs a person's permission (permission_prompt is the same for Claude \
+                 Code's --permission-prompt-tool). They wait until the person answers.",
             )
+    }
+}
+
+/// What a call asks, for the gate it opens.
+#[derive(Clone, Copy)]
+enum Asking<'a> {
+    Question(&'a Question),
+    Approval(&'a Approval),
+}
+
+impl Asking<'_> {
+    fn body(self, loop_id: &str, tool: &str) -> Result<Value, String> {
+        match self {
+            Self::Question(question) => question.body(loop_id, tool),
+            Self::Approval(approval) => approval.body(loop_id, tool),
+        }
+    }
+
+    /// When the call stops waiting by itself (a permission gate is always decided by the server).
+    fn deadline(self) -> Option<tokio::time::Instant> {
+        match self {
+            Self::Question(question) => question.deadline(),
+            Self::Approval(_) => None,
+        }
+    }
+
+    /// The progress line of a call waiting for `gate`.
+    fn waiting(self, gate: &str) -> String {
+        match self {
+            Self::Question(_) => {
+                format!("waiting for a person to answer gate {gate} (answer with: gatehouse answer {gate} <answer>)")
+            }
+            Self::Approval(_) => format!(
+                "waiting for a person to decide gate {gate} (decide with: gatehouse answer {gate} approve|deny)"
+            ),
+        }
     }
 }
 
@@ -189,19 +349,10 @@ impl Gatehouse {
         question: &Question,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<String, String> {
-        let explicit = ctx.meta.get(CALL_ID).and_then(Value::as_str).map(str::to_owned);
-        let (asked, view) = self.find_or_open(identity, explicit, question).await?;
-        let ending = match asking::ending_of(view) {
-            Some(ending) => ending,
-            None => self.wait(&asked, question, ctx).await?,
-        };
+        let asking = Asking::Question(question);
+        let (asked, ending) = self.ask_and_wait(identity, call_id(ctx), asking, ctx).await?;
         match ending {
-            Ending::Answered(view) => {
-                if let Err(e) = asked.ack().await {
-                    tracing::warn!(gate = %asked.gate, error = %e, "answered, but the command was not acknowledged");
-                }
-                Ok(view["answer"].as_str().unwrap_or_default().to_owned())
-            }
+            Ending::Answered(view) => Ok(view["answer"].as_str().unwrap_or_default().to_owned()),
             Ending::Withdrawn(view) => Err(format!(
                 "the question was withdrawn ({}) before anyone answered it (gate {})",
                 view["resolution"]["reason"].as_str().unwrap_or("closed"),
@@ -216,18 +367,64 @@ impl Gatehouse {
         }
     }
 
+    /// Asks for leave to run `approval`'s call as the call `identity` and waits: `Ok(decision)`,
+    /// or a tool error's text.
+    async fn decide(
+        &self,
+        identity: Value,
+        explicit: Option<String>,
+        approval: &Approval,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Decision, String> {
+        let (asked, ending) = self.ask_and_wait(identity, explicit, Asking::Approval(approval), ctx).await?;
+        match ending {
+            Ending::Answered(view) => Decision::of(&view)
+                .ok_or_else(|| format!("gate {} was resolved without a decision on the tool call", asked.gate)),
+            Ending::Withdrawn(view) => Err(format!(
+                "the permission gate was withdrawn ({}) before anyone decided (gate {})",
+                view["resolution"]["reason"].as_str().unwrap_or("closed"),
+                asked.gate
+            )),
+            Ending::TimedOut => Err(format!("nobody decided in time (gate {})", asked.gate)),
+            Ending::Refused(message) => Err(format!("gatehouse stopped showing gate {}: {message}", asked.gate)),
+        }
+    }
+
+    /// Finds or opens the call's gate and waits for its ending; an answered gate's command is
+    /// acknowledged (its answer is taken).
+    async fn ask_and_wait(
+        &self,
+        identity: Value,
+        explicit: Option<String>,
+        asking: Asking<'_>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(Asked, Ending), String> {
+        let (asked, view) = self.find_or_open(identity, explicit, asking).await?;
+        let ending = match asking::ending_of(view) {
+            Some(ending) => ending,
+            None => self.wait(&asked, asking, ctx).await?,
+        };
+        if let Ending::Answered(_) = ending
+            && let Err(e) = asked.ack().await
+        {
+            tracing::warn!(gate = %asked.gate, error = %e, "answered, but the command was not acknowledged");
+        }
+        Ok((asked, ending))
+    }
+
     /// The gate of this call: an explicit call id names exactly one gate; without one, the
     /// first generation of this question whose answer was not yet taken (or a new one).
     async fn find_or_open(
         &self,
         identity: Value,
         explicit: Option<String>,
-        question: &Question,
+        asking: Asking<'_>,
     ) -> Result<(Asked, Value), String> {
         let fail = |message: String| format!("{message} (gatehouse at {})", self.url);
         for generation in 0..MAX_GENERATIONS {
             let tool = derived_id(&json!({"call": identity, "call_id": explicit, "generation": generation}));
-            let view = asking::open(&self.api, &self.session, &self.loop_id, &tool, question).await.map_err(fail)?;
+            let body = asking.body(&self.loop_id, &tool)?;
+            let view = asking::open(&self.api, &self.session, &body).await.map_err(fail)?;
             let asked = Asked {
                 api: self.api.clone(),
                 session: self.session.clone(),
@@ -253,12 +450,12 @@ impl Gatehouse {
     async fn wait(
         &self,
         asked: &Asked,
-        question: &Question,
+        asking: Asking<'_>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Ending, String> {
         let progress = ctx.meta.get_progress_token();
         let started = Instant::now();
-        let waiting = asked.wait(question.deadline());
+        let waiting = asked.wait(asking.deadline());
         tokio::pin!(waiting);
         let mut ticks = tokio::time::interval(PROGRESS_EVERY);
         loop {
@@ -272,11 +469,7 @@ impl Gatehouse {
                 _ = ticks.tick() => {
                     let Some(token) = &progress else { continue };
                     let waited = started.elapsed().as_secs_f64();
-                    let message = format!(
-                        "waiting for a person to answer gate {} (answer with: gatehouse answer {} <answer>)",
-                        asked.gate, asked.gate
-                    );
-                    let note = ProgressNotificationParam::new(token.clone(), waited).with_message(message);
+                    let note = ProgressNotificationParam::new(token.clone(), waited).with_message(asking.waiting(&asked.gate));
                     if let Err(e) = ctx.peer.notify_progress(note).await {
                         tracing::debug!(error = %e, "a progress notification was not sent");
                     }
@@ -284,6 +477,11 @@ impl Gatehouse {
             }
         }
     }
+}
+
+/// The client's own id for this call, from `_meta`.
+fn call_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    ctx.meta.get(CALL_ID).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// The arguments as they identify a call: every member, defaults spelled out.
@@ -302,29 +500,24 @@ fn derived_id(material: &Value) -> String {
     uuid::Uuid::new_v8(bytes).to_string()
 }
 
-/// What the person is shown for an approval: the tool, and its input as JSON (cut to fit).
-fn approval_question(tool_name: &str, input: &Value) -> String {
-    let head =
-        format!("Allow the tool call {tool_name}? Answer allow or deny, or type why it should not run.\n\nInput:\n");
-    let mut input = serde_json::to_string_pretty(input).unwrap_or_default();
-    let room = MAX_QUESTION.saturating_sub(head.len() + "\n…".len());
-    if head.len() + input.len() > MAX_QUESTION {
-        let mut end = room.min(input.len());
-        while !input.is_char_boundary(end) {
-            end -= 1;
+/// The permission-prompt answer: allow with the input the call runs with, or deny saying why.
+/// A call that got no decision (a withdrawn gate, an unreachable server) is denied too, with
+/// what went wrong: it must not run unapproved.
+fn permission_behavior(decided: Result<Decision, String>, asked_for: &Value) -> Value {
+    match decided {
+        Ok(decision) if decision.approved => {
+            json!({"behavior": "allow", "updatedInput": decision.tool_input.unwrap_or_else(|| asked_for.clone())})
         }
-        input.truncate(end);
-        input.push_str("\n…");
-    }
-    head + &input
-}
-
-/// The permission-prompt answer for the person's choice.
-fn decision(answer: &str, input: Value) -> Value {
-    match answer {
-        "allow" => json!({"behavior": "allow", "updatedInput": input}),
-        "deny" => json!({"behavior": "deny", "message": "A person denied this tool call."}),
-        reason => json!({"behavior": "deny", "message": reason}),
+        Ok(decision) => {
+            let message = match (decision.reason, decision.principal) {
+                (Some(reason), _) => reason,
+                _ if decision.by_policy => "Denied by policy: nobody decided in time.".to_owned(),
+                (None, Some(principal)) => format!("Denied by {principal}."),
+                (None, None) => "Denied by a person.".to_owned(),
+            };
+            json!({"behavior": "deny", "message": message})
+        }
+        Err(message) => json!({"behavior": "deny", "message": format!("No decision from gatehouse: {message}")}),
     }
 }
 
@@ -341,14 +534,49 @@ mod tests {
     }
 
     #[test]
-    fn approvals_fit_a_gate_and_map_to_permission_answers() {
-        let huge = json!({"command": "x".repeat(10_000)});
-        let question = approval_question("Bash", &huge);
-        assert!(question.len() <= MAX_QUESTION && question.ends_with('…'), "{}", question.len());
-        assert!(approval_question("Bash", &json!({"command": "ls"})).contains("\"command\": \"ls\""));
-        let input = json!({"command": "rm -rf build"});
-        assert_eq!(decision("allow", input.clone()), json!({"behavior": "allow", "updatedInput": input}));
-        assert_eq!(decision("deny", input.clone())["behavior"], "deny");
-        assert_eq!(decision("not on a Friday", input), json!({"behavior": "deny", "message": "not on a Friday"}));
+    fn decisions_map_to_permission_answers() {
+        let asked_for = json!({"command": "rm -rf build"});
+        let decision = |approved: bool| Decision {
+            approved,
+            tool_input: approved.then(|| json!({"command": "rm -rf build/cache"})),
+            edited: approved,
+            reason: None,
+            principal: Some("alice".into()),
+            by_policy: false,
+        };
+        assert_eq!(
+            permission_behavior(Ok(decision(true)), &asked_for),
+            json!({"behavior": "allow", "updatedInput": {"command": "rm -rf build/cache"}})
+        );
+        let without_input = Decision { tool_input: None, ..decision(true) };
+        assert_eq!(permission_behavior(Ok(without_input), &asked_for)["updatedInput"], asked_for);
+        assert_eq!(
+            permission_behavior(Ok(decision(false)), &asked_for),
+            json!({"behavior": "deny", "message": "Denied by alice."})
+        );
+        let reasoned = Decision { reason: Some("not on a Friday".into()), ..decision(false) };
+        assert_eq!(permission_behavior(Ok(reasoned), &asked_for)["message"], "not on a Friday");
+        let timed_out = Decision { by_policy: true, principal: None, ..decision(false) };
+        assert!(permission_behavior(Ok(timed_out), &asked_for)["message"].as_str().unwrap().contains("policy"));
+        let failed = permission_behavior(Err("cannot reach gatehouse".into()), &asked_for);
+        assert_eq!(failed["behavior"], "deny");
+        assert!(failed["message"].as_str().unwrap().contains("cannot reach gatehouse"));
+    }
+
+    #[test]
+    fn structured_decisions_carry_every_member() {
+        let approved = ToolCallDecision::of(Decision {
+            approved: true,
+            tool_input: Some(json!({"command": "ls"})),
+            edited: false,
+            reason: None,
+            principal: None,
+            by_policy: false,
+        });
+        assert_eq!(
+            serde_json::to_value(approved).unwrap(),
+            json!({"approved": true, "tool_input": {"command": "ls"}, "edited": false, "reason": null,
+                   "principal": null, "timed_out": false})
+        );
     }
 }

@@ -1,10 +1,13 @@
 //! Client subcommands of the `gatehouse` binary, over the HTTP API: `ask` (block until a person
-//! answers), `answer`, `gates`, `tail`, and `mcp` (an MCP server over stdio whose tools ask).
+//! answers), `approve` (block until a person decides on a tool call), `answer`, `gates`, `tail`,
+//! and `mcp` (an MCP server over stdio whose tools ask).
 //! Results go to stdout, everything else to stderr.
 
 mod answer;
+mod approve;
 mod ask;
 mod asking;
+mod blocking;
 mod client;
 mod gates;
 mod mcp;
@@ -24,6 +27,7 @@ use crate::config::Command;
 pub async fn run(command: Command) -> ExitCode {
     match command {
         Command::Ask(args) => ask::run(args).await,
+        Command::Approve(args) => approve::run(args).await,
         Command::Answer(args) => answer::run(args).await,
         Command::Gates(args) => gates::run(args).await,
         Command::Tail(args) => tail::run(args).await,

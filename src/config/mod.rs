@@ -1,5 +1,5 @@
-//! The command line: the subcommands, the flags of the clients (`ask`, `answer`, `gates`, `tail`,
-//! `mcp`) and of `bench`, and the parsers they share. `gatehouse serve`'s flags are in `serve`, one
+//! The command line: the subcommands, the flags of the clients (`ask`, `approve`, `answer`,
+//! `gates`, `tail`, `mcp`) and of `bench`, and the parsers they share. `gatehouse serve`'s flags are in `serve`, one
 //! group per part of the server; every flag has a `GATEHOUSE_*` environment fallback.
 
 use std::fmt;
@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
 
 pub mod serve;
 
@@ -54,11 +55,39 @@ Examples:
   if [ \"$(gatehouse ask 'Deploy?' --choice yes --choice no)\" = yes ]; then ./deploy.sh; fi"
     ))]
     Ask(AskArgs),
+    /// Ask a person to approve a tool call and print the input it may run with (blocks until
+    /// decided).
+    #[command(after_help = client_help!(
+        "Opens a permission gate (kind harness.permission) for a call of TOOL_NAME with --input, and
+waits for a person to approve it (as it is, or edited when --editable) or deny it. Prints the
+input the call may run with alone on stdout, as one line of compact JSON; on stderr, the gate id
+and how to decide it.
+Exit codes: 0 approved; 4 denied by a person (\"denied\", by whom and why, on stderr); 3 no
+decision in time: at --timeout the gate's policy denies the call (without --timeout the server's
+does, after its --permission-timeout, 5 minutes by default), and that denial exits 3, not 4;
+2 withdrawn; 1 error (a malformed --input too); 130, 143 and 129 after SIGINT, SIGTERM and
+SIGHUP (each withdraws the gate first). Approving again with the same --session, --loop and --id
+finds the same gate.
+
+Examples:
+  gatehouse approve Bash --input '{\"command\":\"git push origin main\"}' --risk high
+  gatehouse approve deploy --input \"$(cat call.json)\" --schema deploy.schema.json --editable --timeout 10m
+  if input=$(gatehouse approve Bash --input '{\"command\":\"make clean\"}'); then echo \"run $input\"; fi"
+    ))]
+    Approve(ApproveArgs),
     /// Answer an open gate, named by its id or a unique prefix of it (8 characters or more).
     #[command(after_help = client_help!(
-        "Examples:
+        "A question's gate takes the answer's text. A permission gate (`gatehouse approve`, an agent's
+tool call) takes approve, deny, or approve-always when the gate offers it; --input approves an
+edited input (editable gates only; it must fit the gate's schema), --reason tells the agent why
+it was denied.
+
+Examples:
   gatehouse answer 9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f yes
-  gatehouse answer 9d3e4f50 yes        # the short id `gatehouse gates` shows"
+  gatehouse answer 9d3e4f50 yes        # the short id `gatehouse gates` shows
+  gatehouse answer 7572f04a approve
+  gatehouse answer 7572f04a approve --input '{\"command\":\"git push origin feature\"}'
+  gatehouse answer 7572f04a deny --reason 'not on main'"
     ))]
     Answer(AnswerArgs),
     /// List gates as a table (open ones unless --all).
@@ -71,12 +100,15 @@ Examples:
         "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type"
     ))]
     Tail(TailArgs),
-    /// Serve the Model Context Protocol over stdio: tools `ask_user` and `approve_tool_call` for
-    /// an MCP client's agent, answered through this gatehouse server.
+    /// Serve the Model Context Protocol over stdio: tools `ask_user`, `approve_tool_call` and
+    /// `permission_prompt` for an MCP client's agent, answered through this gatehouse server.
     #[command(after_help = client_help!(
         "Register it with an MCP client, for example (the client starts it and speaks on its stdio):
   {\"mcpServers\": {\"gatehouse\": {\"command\": \"gatehouse\", \"args\": [\"mcp\", \"--session\", \"<uuid>\"],
                                 \"env\": {\"GATEHOUSE_URL\": \"http://127.0.0.1:8080\"}}}}
+
+With that file as gatehouse-mcp.json, Claude Code asks through gatehouse before its tool calls:
+  claude -p '…' --mcp-config gatehouse-mcp.json --permission-prompt-tool mcp__gatehouse__permission_prompt
 
 A retried tool call finds its gate again (also across restarts, given --session); a cancelled call
 withdraws its gate. A client may name a call with _meta \"gatehouse/call_id\"."
@@ -126,15 +158,8 @@ pub struct AskArgs {
     /// Accept free text besides the choices.
     #[arg(long, requires = "choices")]
     pub allow_other: bool,
-    /// Session id (default: a fresh one).
-    #[arg(long, value_name = "ID")]
-    pub session: Option<String>,
-    /// Loop id (default: a fresh one).
-    #[arg(long = "loop", value_name = "ID")]
-    pub loop_id: Option<String>,
-    /// Tool execution id; asking again with the same ids finds the same gate (default: fresh).
-    #[arg(long = "id", value_name = "ID")]
-    pub tool_execution_id: Option<String>,
+    #[command(flatten)]
+    pub ids: GateIds,
     /// Stop waiting after this long (e.g. 90s, 10m, 1h30m): answer with --default, or withdraw
     /// the gate and exit 3.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -145,6 +170,53 @@ pub struct AskArgs {
     /// Print the whole gate view as JSON instead of the answer alone.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// The ids that name the gate `ask` or `approve` opens: the same ids again find the same gate.
+#[derive(Debug, Clone, Args)]
+pub struct GateIds {
+    /// Session id (default: a fresh one).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Loop id (default: a fresh one).
+    #[arg(long = "loop", value_name = "ID")]
+    pub loop_id: Option<String>,
+    /// Tool execution id; asking again with the same ids finds the same gate (default: fresh).
+    #[arg(long = "id", value_name = "ID")]
+    pub tool_execution_id: Option<String>,
+}
+
+/// Flags of `gatehouse approve`.
+#[derive(Debug, Clone, Args)]
+pub struct ApproveArgs {
+    /// The tool the call is for, as the person sees it (`Bash`, `deploy`, …).
+    pub tool_name: String,
+    /// The call's arguments: a JSON object.
+    #[arg(long, value_name = "JSON", value_parser = parse_json_object)]
+    pub input: Value,
+    /// A file with the JSON Schema of the input: an edit must fit it.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// Let the person edit the input before approving it.
+    #[arg(long)]
+    pub editable: bool,
+    /// How risky the call is, as the person is shown.
+    #[arg(long, value_name = "R", value_parser = ["low", "medium", "high", "critical"])]
+    pub risk: Option<String>,
+    /// What the call does, in a line (the gate shows it first; default: the tool's name).
+    #[arg(long, value_name = "TEXT")]
+    pub summary: Option<String>,
+    /// A capability the call needs, in words (repeat for more).
+    #[arg(long = "requirement", value_name = "TEXT")]
+    pub requirements: Vec<String>,
+    /// Deny the call if nobody decides within this long (e.g. 90s, 10m), and exit 3 (default: the
+    /// server's --permission-timeout).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    #[command(flatten)]
+    pub ids: GateIds,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -165,8 +237,14 @@ pub struct McpArgs {
 pub struct AnswerArgs {
     /// The gate to answer: its id, or a unique prefix of it (8 characters or more).
     pub gate_id: String,
-    /// The answer.
+    /// The answer; for a permission gate: approve, deny, or approve-always when it offers that.
     pub answer: String,
+    /// Deny with this reason, which the agent is told (permission gates).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// Approve this input in place of the one asked for: a JSON object (editable permission gates).
+    #[arg(long, value_name = "JSON", value_parser = parse_json_object)]
+    pub input: Option<Value>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -252,6 +330,15 @@ pub(crate) fn parse_size(raw: &str) -> Result<usize, String> {
     }
 }
 
+/// A JSON object, such as a tool call's input.
+pub fn parse_json_object(raw: &str) -> Result<Value, String> {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(object @ Value::Object(_)) => Ok(object),
+        Ok(_) => Err("must be a JSON object, like {\"command\":\"ls\"}".to_owned()),
+        Err(e) => Err(format!("not JSON ({e}); give a JSON object, like {{\"command\":\"ls\"}}")),
+    }
+}
+
 /// `<int>(ms|s|m|h|d)`, combinable (`1m30s`); a bare integer is seconds.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     let raw = raw.trim();
@@ -300,6 +387,14 @@ mod tests {
         assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
         for bad in ["", "0", "0s", "s", "5x", "1.5s", "-1s", "400d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn json_objects() {
+        assert_eq!(parse_json_object(r#"{"command": "ls"}"#), Ok(serde_json::json!({"command": "ls"})));
+        for bad in ["", "[1]", "\"ls\"", "null", "{\"a\":", "ls"] {
+            assert!(parse_json_object(bad).unwrap_err().contains("JSON object"), "{bad:?}");
         }
     }
 

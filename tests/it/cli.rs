@@ -13,7 +13,7 @@ use tokio::process::{Child, ChildStderr, Command};
 use crate::helpers::{Client, ServerProcess, TestApp, ask, bounded, eventually, gate_id, temp_db, uuid};
 
 /// `gatehouse ARGS…` against the server at `url`, with its output captured.
-fn gatehouse(url: &str, args: &[&str]) -> Command {
+pub(crate) fn gatehouse(url: &str, args: &[&str]) -> Command {
     against(url, env!("CARGO_BIN_EXE_gatehouse"), args)
 }
 
@@ -33,16 +33,16 @@ fn against(url: &str, program: &str, args: &[&str]) -> Command {
     cmd
 }
 
-async fn finish(child: Child) -> Output {
+pub(crate) async fn finish(child: Child) -> Output {
     bounded("the command exits", child.wait_with_output()).await.expect("wait")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Reads `ask`'s stderr up to the line that announces its gate, and returns that line.
-async fn announcement(stderr: &mut BufReader<ChildStderr>) -> String {
+/// Reads `ask`'s (or `approve`'s) stderr up to the line that announces its gate, and returns that line.
+pub(crate) async fn announcement(stderr: &mut BufReader<ChildStderr>) -> String {
     bounded("ask announces its gate", async {
         loop {
             let mut line = String::new();
@@ -56,12 +56,12 @@ async fn announcement(stderr: &mut BufReader<ChildStderr>) -> String {
 }
 
 /// Characters that would drive a terminal: ESC, BEL, CSI (C1), a bidi override, a CR.
-fn controls_terminal(text: &str) -> bool {
+pub(crate) fn controls_terminal(text: &str) -> bool {
     text.chars().any(|c| matches!(c, '\u{1b}' | '\u{7}' | '\u{9b}' | '\u{202e}' | '\u{2066}' | '\r'))
 }
 
 /// Waits for the one open gate of a session to appear, and returns its view.
-async fn opened_in(client: &Client, session: &str) -> Value {
+pub(crate) async fn opened_in(client: &Client, session: &str) -> Value {
     let mut found = None;
     eventually("ask opens its gate", async || {
         let listing = client.get(&format!("/v1/sessions/{session}/gates")).await.expect(200).json();
@@ -529,7 +529,7 @@ async fn on_a_terminal_ask_escapes_the_answer_too() {
 
 #[tokio::test]
 async fn every_client_help_names_gatehouse_token() {
-    for command in ["ask", "answer", "gates", "tail", "mcp"] {
+    for command in ["ask", "approve", "answer", "gates", "tail", "mcp"] {
         let help = finish(gatehouse("http://127.0.0.1:9", &[command, "--help"]).spawn().unwrap()).await;
         assert_eq!(help.status.code(), Some(0));
         assert!(text(&help.stdout).contains("GATEHOUSE_TOKEN"), "{command} --help: {}", text(&help.stdout));

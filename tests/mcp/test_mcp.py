@@ -1,8 +1,8 @@
 """`gatehouse mcp` driven by the official MCP Python SDK over stdio, against a real gatehouse
 server: the tools it lists, `ask_user` answered over HTTP while it waits (with progress), a
 retried call that finds its gate again, a cancelled call that withdraws its gate, defaults and
-timeouts, `approve_tool_call` allowed and denied, and clear errors when the server is not there
-or refuses the token. The server fixtures come from the Python client's tests."""
+timeouts, `approve_tool_call` and `permission_prompt` on real permission gates (approved, edited,
+denied), and clear errors when the server is not there or refuses the token. The server fixtures come from the Python client's tests."""
 
 from __future__ import annotations
 
@@ -58,6 +58,34 @@ async def answer(url: str, session: str, gate: Dict[str, Any], text: str) -> Non
         assert reply.status_code == 202, reply.text
 
 
+async def decide(url: str, gate: Dict[str, Any], action: str, values: Optional[Dict[str, Any]] = None) -> None:
+    """Decides a permission gate over HTTP, as a person's client would."""
+    body: Dict[str, Any] = {"action": action}
+    if values is not None:
+        body["values"] = values
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        path = f"/v1/sessions/{gate['session_id']}/gates/{gate['gate']['id']}"
+        reply = await http.post(path, json=body)
+        assert reply.status_code == 202, reply.text
+
+
+async def open_permission_gate(url: str, session: str) -> Dict[str, Any]:
+    """The one open gate of `session`, which must be a real permission gate, as the listing by
+    kind shows it."""
+    (gate,) = await open_gates(url, session)
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        listed = (await http.get("/v1/gates?kind=harness.permission&state=open&limit=1000")).json()["gates"]
+    assert gate["gate"]["id"] in [g["gate"]["id"] for g in listed], "listed as harness.permission"
+    assert gate["gate"]["kind"] == "harness.permission"
+    return gate
+
+
+def only_text(result: Any) -> str:
+    """The text of a result that is exactly one text content."""
+    assert len(result.content) == 1 and result.content[0].type == "text", result.content
+    return result.content[0].text
+
+
 def text_of(result: Any) -> str:
     return "".join(block.text for block in result.content if getattr(block, "type", "") == "text")
 
@@ -72,8 +100,12 @@ def test_ask_user_waits_for_the_answer_with_progress_and_a_retry_finds_the_same_
     async def main() -> None:
         async with mcp_session(server.url, session) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            assert set(tools) == {"ask_user", "approve_tool_call"}
+            assert set(tools) == {"ask_user", "approve_tool_call", "permission_prompt"}
             assert "question" in tools["ask_user"].input_schema["properties"]
+            assert set(tools["permission_prompt"].input_schema["properties"]) == {"tool_name", "input", "tool_use_id"}
+            assert set(tools["approve_tool_call"].output_schema["properties"]) >= {
+                "approved", "tool_input", "edited", "reason", "principal"
+            }
             progress: List[str] = []
 
             async def on_progress(done: float, total: Optional[float], message: Optional[str]) -> None:
@@ -152,26 +184,125 @@ def test_a_cancelled_call_withdraws_its_gate(server: Server) -> None:
     run(main())
 
 
-def test_approve_tool_call_allows_and_denies_in_the_permission_prompt_shape(server: Server) -> None:
+def test_permission_prompt_allows_edits_and_denies_in_claude_codes_shape(server: Server) -> None:
     session = str(uuid.uuid4())
     command = {"command": "rm -rf build", "description": "clean the build"}
+    edited = {"command": "rm -rf build/cache", "description": "clean the cache only"}
 
     async def main() -> None:
         async with mcp_session(server.url, session) as client:
-            for reply, expected in [
-                ("allow", {"behavior": "allow", "updatedInput": command}),
-                ("deny", {"behavior": "deny", "message": "A person denied this tool call."}),
-                ("not on a Friday", {"behavior": "deny", "message": "not on a Friday"}),
-            ]:
-                args = {"tool_name": "Bash", "input": command}
-                call = asyncio.ensure_future(client.call_tool("approve_tool_call", args))
-                (gate,) = await open_gates(server.url, session)
-                assert gate["gate"]["prompt"]["title"] == "Allow Bash?"
-                assert "rm -rf build" in gate["gate"]["prompt"]["body"]
-                await answer(server.url, session, gate, reply)
+            for n, (action, values, expected) in enumerate([
+                ("Approve", None, {"behavior": "allow", "updatedInput": command}),
+                ("Approve", {"tool_input": edited}, {"behavior": "allow", "updatedInput": edited}),
+                ("Deny", {"reason": "not on a Friday"}, None),
+                ("Deny", None, None),
+            ]):
+                args = {"tool_name": "Bash", "input": command, "tool_use_id": f"toolu_{n}"}
+                call = asyncio.ensure_future(client.call_tool("permission_prompt", args))
+                gate = await open_permission_gate(server.url, session)
+                tool_call = gate["gate"]["tool_call"]
+                assert (tool_call["tool_name"], tool_call["tool_input"]) == ("Bash", command)
+                assert tool_call["editable"] is True, "the person may fix the arguments"
+                await decide(server.url, gate, action, values)
                 result = await asyncio.wait_for(call, STEP)
                 assert not result.is_error
-                assert json.loads(text_of(result)) == expected
+                text = only_text(result)
+                decision = json.loads(text)
+                if expected is not None:
+                    assert decision == expected, text
+                    assert text == json.dumps(expected, separators=(",", ":")), "compact JSON, nothing else"
+                else:
+                    assert set(decision) == {"behavior", "message"} and decision["behavior"] == "deny", text
+                    if values:
+                        assert values["reason"] in decision["message"], text
+                    else:
+                        assert decision["message"] == "Denied by a person.", text
+
+    run(main())
+
+
+def test_permission_prompt_retried_with_its_tool_use_id_finds_its_gate_and_a_cancel_withdraws_it(
+    server: Server,
+) -> None:
+    session = str(uuid.uuid4())
+    args = {"tool_name": "Write", "input": {"file_path": "notes.txt", "content": "hi"}, "tool_use_id": "toolu_42"}
+
+    async def main() -> None:
+        async with mcp_session(server.url, session) as client:
+            first = asyncio.ensure_future(client.call_tool("permission_prompt", args))
+            gate = await open_permission_gate(server.url, session)
+            again = asyncio.ensure_future(client.call_tool("permission_prompt", args))
+            await asyncio.sleep(1)
+            assert len(await open_gates(server.url, session)) == 1, "one tool use, one gate"
+            await decide(server.url, gate, "Approve")
+            results = await asyncio.wait_for(asyncio.gather(first, again), STEP)
+            allowed = {"behavior": "allow", "updatedInput": args["input"]}
+            assert [json.loads(only_text(r)) for r in results] == [allowed, allowed]
+            # The same tool use once more: the decision it already has, no new gate.
+            third = await asyncio.wait_for(client.call_tool("permission_prompt", args), STEP)
+            assert json.loads(only_text(third)) == allowed
+
+            cancelled = asyncio.ensure_future(client.call_tool("permission_prompt", {**args, "tool_use_id": "toolu_43"}))
+            gate = await open_permission_gate(server.url, session)
+            cancelled.cancel()
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                path = f"/v1/sessions/{session}/gates/{gate['gate']['id']}"
+                for _ in range(200):
+                    view = (await http.get(path)).json()
+                    if view["state"] != "open":
+                        break
+                    await asyncio.sleep(0.05)
+            assert (view["state"], view["resolution"]["reason"]) == ("closed", "abandoned")
+
+    run(main())
+
+
+def test_approve_tool_call_opens_a_permission_gate_and_returns_the_decision_as_structured_content(
+    server: Server,
+) -> None:
+    session = str(uuid.uuid4())
+    command = {"command": "git push origin main"}
+    schema = {"type": "object", "required": ["command"], "properties": {"command": {"type": "string"}}}
+
+    async def main() -> None:
+        async with mcp_session(server.url, session) as client:
+            args = {"tool_name": "Bash", "input": command, "tool_input_schema": schema, "editable": True,
+                    "risk": "high", "summary": "push to main"}
+            call = asyncio.ensure_future(client.call_tool("approve_tool_call", args))
+            gate = await open_permission_gate(server.url, session)
+            tool_call = gate["gate"]["tool_call"]
+            assert (tool_call["risk"], tool_call["editable"], tool_call["summary"]) == ("high", True, "push to main")
+            assert tool_call["tool_input_schema"] == schema
+            assert gate["gate"]["prompt"]["body"].startswith("push to main")
+            # An edit that breaks the schema is refused, and the gate waits on.
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                path = f"/v1/sessions/{session}/gates/{gate['gate']['id']}"
+                bad = await http.post(path, json={"action": "Approve", "values": {"tool_input": {"command": 5}}})
+                assert bad.status_code == 400 and bad.json()["error"]["code"] == "gate_values_invalid", bad.text
+                assert bad.json()["error"]["fields"][0]["path"] == "/values/tool_input/command"
+            edited = {"command": "git push origin feature"}
+            await decide(server.url, gate, "Approve", {"tool_input": edited})
+            result = await asyncio.wait_for(call, STEP)
+            assert not result.is_error
+            assert result.structured_content == {
+                "approved": True, "tool_input": edited, "edited": True, "reason": None, "principal": None,
+                "timed_out": False,
+            }
+            assert json.loads(text_of(result)) == result.structured_content, "the same as text"
+
+            call = asyncio.ensure_future(client.call_tool("approve_tool_call", {"tool_name": "Bash", "input": command}))
+            gate = await open_permission_gate(server.url, session)
+            assert gate["gate"]["tool_call"].get("editable", False) is False
+            await decide(server.url, gate, "Deny", {"reason": "not on main"})
+            denied = (await asyncio.wait_for(call, STEP)).structured_content
+            assert (denied["approved"], denied["tool_input"], denied["reason"]) == (False, None, "not on main")
+
+            timed = await asyncio.wait_for(
+                client.call_tool("approve_tool_call", {"tool_name": "Bash", "input": {"command": "ls"},
+                                                       "timeout_seconds": 1}),
+                STEP,
+            )
+            assert (timed.structured_content["approved"], timed.structured_content["timed_out"]) == (False, True)
 
     run(main())
 
