@@ -1,38 +1,32 @@
 //! The client subcommands on permission gates (`harness.permission`): `gatehouse approve` and its
 //! exit codes, `gatehouse answer GATE approve|deny`, and `gatehouse gates` naming the tool. The
 //! real binary against a real server.
-//!
-//! The tests' own requests go through `Http`, which does not check responses against
-//! openapi.yaml as `helpers::Client` does: the contract does not describe permission gates yet.
 
 use serde_json::{Value, json};
 use tokio::io::BufReader;
 use tokio::process::Command;
 
 use crate::cli::{announcement, controls_terminal, finish, gatehouse, text};
-use crate::helpers::{TestApp, ask, eventually, gate_id, uuid};
+use crate::helpers::{Client, TestApp, ask, eventually, gate_id, uuid};
 
-/// The test's side of the API, unchecked against the contract (see the module's doc).
+/// The test's side of the API (every response checked against the contract, as everywhere).
 struct Http {
-    base: String,
-    http: reqwest::Client,
+    client: Client,
 }
 
 impl Http {
     fn of(app: &TestApp) -> Self {
-        Self { base: app.base.clone(), http: reqwest::Client::builder().no_proxy().build().expect("client") }
+        Self { client: app.client.clone() }
     }
 
     async fn get(&self, path: &str) -> Value {
-        let reply = self.http.get(format!("{}{path}", self.base)).send().await.expect("GET");
-        assert_eq!(reply.status(), 200, "GET {path}");
-        reply.json().await.expect("JSON")
+        self.client.get(path).await.expect(200).json()
     }
 
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let reply = self.http.post(format!("{}{path}", self.base)).json(body).send().await.expect("POST");
-        let status = reply.status().as_u16();
-        (status, reply.json().await.unwrap_or(Value::Null))
+        let reply = self.client.post(path, body).await;
+        let body = if reply.body.is_empty() { Value::Null } else { reply.json() };
+        (reply.status, body)
     }
 
     /// Opens a gate in `session` and returns its view.
