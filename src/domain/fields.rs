@@ -68,3 +68,19 @@ pub fn check_text(path: &str, value: &str, max_bytes: usize) -> Option<FieldErro
         None
     }
 }
+
+/// Normalized text in the harness's sense: valid UTF-8 (it is a Rust string), not empty, no
+/// leading or trailing whitespace, no NUL; and here also within `max` bytes.
+pub fn check_normalized(path: &str, value: &str, max: usize) -> Option<FieldError> {
+    if value.is_empty() {
+        Some(FieldError::new(path, FieldCode::Empty, "must not be empty"))
+    } else if value.trim() != value {
+        Some(FieldError::new(path, FieldCode::Blank, "must not begin or end with whitespace"))
+    } else if value.contains('\0') {
+        Some(FieldError::new(path, FieldCode::Invalid, "must not contain NUL"))
+    } else if value.len() > max {
+        Some(FieldError::new(path, FieldCode::TooLong, format!("must be at most {max} bytes (got {})", value.len())))
+    } else {
+        None
+    }
+}

@@ -12,7 +12,7 @@ use super::fields::{FieldCode, FieldError, check_length, check_text};
 use super::gate::{ASK_USER, Gate, KINDS, OnTimeout, PERMISSION, ResponsePolicy, ResponseTemplate};
 use super::ids::{GateId, IdError, LoopId, StepId, ToolExecutionId, TurnId};
 use super::permission::{Permission, PermissionContent};
-use super::tool_call::{DENY, DESCRIBED, Requirement, Risk, ToolRequest, check_input, check_schema};
+use super::tool_call::{DENY, DESCRIBED, Requirement, Risk, ToolRequest, check_input, compile_schema};
 
 /// The default longest timeout a policy may ask for (7 days, in nanoseconds).
 pub const MAX_TIMEOUT_NANOS: i64 = 7 * 24 * 3600 * 1_000_000_000;
@@ -131,9 +131,9 @@ impl Question {
 
 impl OpenGateIn {
     /// Checks every member and applies defaults, reporting all field problems at once.
-    pub fn validate(self, rules: OpenRules) -> Result<Question, OpenRejection> {
+    pub fn validate(mut self, rules: OpenRules) -> Result<Question, OpenRejection> {
         let mut problems = Vec::new();
-        let kind = match present(self.kind.clone()) {
+        let kind = match present(self.kind.take()) {
             None => ASK_USER.to_owned(),
             Some(Value::String(kind)) if KINDS.contains(&kind.as_str()) => kind,
             Some(Value::String(other)) => return Err(OpenRejection::KindMismatch(other)),
@@ -143,11 +143,11 @@ impl OpenGateIn {
             }
         };
         let p = &mut problems;
-        let loop_id = id(p, "/loop_id", present(self.loop_id.clone()), true, LoopId::parse);
+        let loop_id = id(p, "/loop_id", present(self.loop_id.take()), true, LoopId::parse);
         let tool_execution_id =
-            id(p, "/tool_execution_id", present(self.tool_execution_id.clone()), true, ToolExecutionId::parse);
-        let turn_id = id(p, "/turn_id", present(self.turn_id.clone()), false, TurnId::parse);
-        let step_id = id(p, "/step_id", present(self.step_id.clone()), false, StepId::parse);
+            id(p, "/tool_execution_id", present(self.tool_execution_id.take()), true, ToolExecutionId::parse);
+        let turn_id = id(p, "/turn_id", present(self.turn_id.take()), false, TurnId::parse);
+        let step_id = id(p, "/step_id", present(self.step_id.take()), false, StepId::parse);
         let coordinates = Coordinates { loop_id, tool_execution_id, turn_id, step_id };
         let question = if kind == PERMISSION {
             self.permission(p, coordinates, rules)
@@ -259,14 +259,13 @@ impl OpenGateIn {
         };
         p.extend(request.check(at.tool_execution_id.map(|t| t.to_string()).as_deref()));
         let tool_input_schema = present(self.tool_input_schema);
-        let schema_problem = tool_input_schema.as_ref().and_then(|s| check_schema("/tool_input_schema", s));
-        let schema_ok = schema_problem.is_none();
-        p.extend(schema_problem);
+        let schema = tool_input_schema
+            .as_ref()
+            .and_then(|schema| compile_schema("/tool_input_schema", schema).map_err(|problem| p.push(problem)).ok());
         let tool_input = present(self.tool_input);
         if let Some(input) = &tool_input {
             // An input that breaks its own schema could never be approved as it is.
-            let schema = tool_input_schema.as_ref().filter(|_| schema_ok);
-            if let Err(problems) = check_input("/tool_input", input, schema) {
+            if let Err(problems) = check_input("/tool_input", input, schema.as_ref()) {
                 p.extend(problems);
             }
         }

@@ -7,7 +7,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::fields::{FieldCode, FieldError, pointer_token};
+use jsonschema::Validator;
+
+use super::fields::{FieldCode, FieldError, check_normalized, pointer_token};
 
 /// The harness's three approval actions, exact and case-sensitive.
 pub const APPROVE: &str = "Approve";
@@ -185,15 +187,22 @@ impl ToolCall {
             let message = "this gate is not editable: approve the input as it is, or deny it";
             return Err(vec![FieldError::new(PATH, FieldCode::UnknownKey, message)]);
         }
-        check_input(PATH, edit, self.tool_input_schema.as_ref())?;
+        let schema = self.tool_input_schema.as_ref().map(|schema| {
+            // Checked when the gate opened; a stored schema that no longer compiles is the
+            // server's fault, but the edit still cannot be checked, so it is refused, not waved on.
+            compile_schema(PATH, schema)
+                .map_err(|e| vec![FieldError { message: format!("the gate's {}", e.message), ..e }])
+        });
+        check_input(PATH, edit, schema.transpose()?.as_ref())?;
         let edited = self.tool_input.as_ref() != Some(edit);
         Ok(Decision { approved, always, tool_input: Some(edit.clone()), edited, reason: None })
     }
 }
 
-/// A call's input: a JSON object within its cap that fits its schema, if it has one. Each schema
-/// violation is one field problem at its JSON Pointer under `path`.
-pub fn check_input(path: &str, input: &Value, schema: Option<&Value>) -> Result<(), Vec<FieldError>> {
+/// A call's input: a JSON object within its cap that fits its schema (compiled by
+/// `compile_schema`), if it has one. Each schema violation is one field problem at its JSON
+/// Pointer under `path`.
+pub fn check_input(path: &str, input: &Value, schema: Option<&Validator>) -> Result<(), Vec<FieldError>> {
     if !input.is_object() {
         return Err(vec![FieldError::new(path, FieldCode::Type, "the tool input must be a JSON object")]);
     }
@@ -202,12 +211,7 @@ pub fn check_input(path: &str, input: &Value, schema: Option<&Value>) -> Result<
         let message = format!("the tool input must be at most {MAX_INPUT_BYTES} bytes of JSON (got {size})");
         return Err(vec![FieldError::new(path, FieldCode::TooLong, message)]);
     }
-    let Some(schema) = schema else { return Ok(()) };
-    let validator = jsonschema::validator_for(schema).map_err(|e| {
-        // Checked when the gate opened; a stored schema that no longer compiles is the server's
-        // fault, but the answer still cannot be checked, so it is refused rather than waved on.
-        vec![FieldError::new(path, FieldCode::Invalid, format!("the gate's input schema does not compile: {e}"))]
-    })?;
+    let Some(validator) = schema else { return Ok(()) };
     let problems: Vec<FieldError> = validator
         .iter_errors(input)
         .map(|e| {
@@ -235,36 +239,20 @@ pub fn check_input(path: &str, input: &Value, schema: Option<&Value>) -> Result<
     if problems.is_empty() { Ok(()) } else { Err(problems) }
 }
 
-/// Checks a JSON Schema for the input: an object or boolean within its cap that is valid JSON
-/// Schema (by its meta-schema) and compiles without fetching anything.
-pub fn check_schema(path: &str, schema: &Value) -> Option<FieldError> {
+/// Compiles a JSON Schema for the input, once for all the inputs it checks: an object or boolean
+/// within its cap that is valid JSON Schema (by its meta-schema) and compiles without fetching
+/// anything.
+pub fn compile_schema(path: &str, schema: &Value) -> Result<Validator, FieldError> {
     if !schema.is_object() && !schema.is_boolean() {
-        return Some(FieldError::new(path, FieldCode::Type, "the input schema must be a JSON Schema object"));
+        return Err(FieldError::new(path, FieldCode::Type, "input schema must be a JSON Schema object"));
     }
     let size = schema.to_string().len();
     if size > MAX_SCHEMA_BYTES {
-        let message = format!("the input schema must be at most {MAX_SCHEMA_BYTES} bytes of JSON (got {size})");
-        return Some(FieldError::new(path, FieldCode::TooLong, message));
+        let message = format!("input schema must be at most {MAX_SCHEMA_BYTES} bytes of JSON (got {size})");
+        return Err(FieldError::new(path, FieldCode::TooLong, message));
     }
     jsonschema::validator_for(schema)
-        .err()
-        .map(|e| FieldError::new(path, FieldCode::Invalid, format!("not a valid JSON Schema: {e}")))
-}
-
-/// Normalized text in the harness's sense: valid UTF-8 (it is a Rust string), not empty, no
-/// leading or trailing whitespace, no NUL; and here also within `max` bytes.
-pub fn check_normalized(path: &str, value: &str, max: usize) -> Option<FieldError> {
-    if value.is_empty() {
-        Some(FieldError::new(path, FieldCode::Empty, "must not be empty"))
-    } else if value.trim() != value {
-        Some(FieldError::new(path, FieldCode::Blank, "must not begin or end with whitespace"))
-    } else if value.contains('\0') {
-        Some(FieldError::new(path, FieldCode::Invalid, "must not contain NUL"))
-    } else if value.len() > max {
-        Some(FieldError::new(path, FieldCode::TooLong, format!("must be at most {max} bytes (got {})", value.len())))
-    } else {
-        None
-    }
+        .map_err(|e| FieldError::new(path, FieldCode::Invalid, format!("input schema is not valid JSON Schema: {e}")))
 }
 
 impl ToolRequest {
@@ -440,15 +428,13 @@ mod tests {
 
     #[test]
     fn schemas_must_be_json_schema() {
-        assert!(check_schema("/s", &json!({"type": "object"})).is_none());
-        assert!(check_schema("/s", &json!(true)).is_none());
-        assert_eq!(check_schema("/s", &json!({"type": "nope"})).unwrap().code, FieldCode::Invalid);
-        assert_eq!(check_schema("/s", &json!({"minLength": -1})).unwrap().code, FieldCode::Invalid);
-        assert_eq!(check_schema("/s", &json!("string")).unwrap().code, FieldCode::Type);
-        assert!(
-            check_schema("/s", &json!({"$ref": "https://example.com/remote.json"})).is_some(),
-            "nothing is fetched"
-        );
+        let code = |schema: Value| compile_schema("/s", &schema).err().map(|e| e.code);
+        assert_eq!(code(json!({"type": "object"})), None);
+        assert_eq!(code(json!(true)), None);
+        assert_eq!(code(json!({"type": "nope"})), Some(FieldCode::Invalid));
+        assert_eq!(code(json!({"minLength": -1})), Some(FieldCode::Invalid));
+        assert_eq!(code(json!("string")), Some(FieldCode::Type));
+        assert!(code(json!({"$ref": "https://example.com/remote.json"})).is_some(), "nothing is fetched");
     }
 
     #[test]

@@ -21,27 +21,32 @@ fn walkthrough(marker: &str) -> &'static str {
     &after[start..start + len]
 }
 
-#[tokio::test]
-async fn the_readme_walkthrough_runs_as_written() {
-    let script = walkthrough("walkthrough");
-    assert!(script.contains(DEFAULT_URL_LINE), "the walk-through targets the default address");
+/// Runs the shell block after `<!-- {marker} -->` with bash against `app` (instead of the
+/// default address it names), and returns what it printed; it must succeed.
+async fn run_walkthrough(marker: &str, app: &TestApp) -> String {
+    let script = walkthrough(marker);
+    assert!(script.contains(DEFAULT_URL_LINE), "the {marker} targets the default address");
     for tool in ["curl", "jq"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap().status.success();
         assert!(found, "{tool} is needed (.ci/test installs it)");
     }
-    let app = TestApp::spawn().await;
     let script = script.replace(DEFAULT_URL_LINE, &format!("GATEHOUSE={}", app.base));
+    let output =
+        bounded(marker, tokio::process::Command::new("bash").args(["-euo", "pipefail", "-c", &script]).output())
+            .await
+            .expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the {marker} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+#[tokio::test]
+async fn the_readme_walkthrough_runs_as_written() {
+    let app = TestApp::spawn().await;
     // Twice: a newcomer runs it again, and the ids it mints must not collide with the first run's.
     for run in 1..=2 {
-        let output = bounded(
-            "walk-through",
-            tokio::process::Command::new("bash").args(["-euo", "pipefail", "-c", &script]).output(),
-        )
-        .await
-        .expect("run bash");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "run {run} of the walk-through failed:\n{stdout}\n{stderr}");
+        let stdout = run_walkthrough("walkthrough", &app).await;
         assert!(stdout.contains("ack: 204"), "run {run}: the ack answered 204:\n{stdout}");
     }
 
@@ -67,18 +72,8 @@ async fn the_readme_walkthrough_runs_as_written() {
 
 #[tokio::test]
 async fn the_readme_approval_walkthrough_runs_as_written() {
-    let script = walkthrough("walkthrough-approval");
-    assert!(script.contains(DEFAULT_URL_LINE), "the walk-through targets the default address");
     let app = TestApp::spawn().await;
-    let script = script.replace(DEFAULT_URL_LINE, &format!("GATEHOUSE={}", app.base));
-    let output = bounded(
-        "approval walk-through",
-        tokio::process::Command::new("bash").args(["-euo", "pipefail", "-c", &script]).output(),
-    )
-    .await
-    .expect("run bash");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the walk-through failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = run_walkthrough("walkthrough-approval", &app).await;
     // What it prints is what it says: the refused edit's field, then the command and decision.
     for line in [
         r#""path":"/values/tool_input/command""#,
