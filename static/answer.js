@@ -4,18 +4,44 @@
 // Approve, Approve always, Deny with an optional reason, or Approve with an edited input once the
 // approver has reviewed its diff (the editor is permission.js's, as on the inbox).
 
+import { newIdempotencyKey } from "./api.js";
 import { APPROVE, APPROVE_ALWAYS, DENY, inputEditor } from "./permission.js";
 
 const form = document.getElementById("answer");
 const decide = document.getElementById("decide");
 const result = document.getElementById("result");
 
-function newKey() {
-  return crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random();
+/** Posts one answer body to this link with `key`, the controls of `within` disabled meanwhile.
+ *  Resolves to "accepted", "answered" or "closed" (the gate was decided elsewhere: the link never
+ *  says how), or to the refusal's `{ fields, message }`. */
+async function post(within, body, key) {
+  const controls = within.querySelectorAll("button, input, textarea");
+  controls.forEach((c) => (c.disabled = true));
+  result.textContent = "Sending…";
+  try {
+    const response = await fetch(location.pathname, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Idempotency-Key": key },
+      body,
+    });
+    if (response.status === 202) return "accepted";
+    const error = (await response.json().catch(() => null))?.error;
+    if (error?.code === "gate_not_ready") return /closed/.test(error.message ?? "") ? "closed" : "answered";
+    return { fields: error?.fields ?? [], message: error?.message || `Failed (${response.status})` };
+  } catch {
+    return { fields: [], message: "Could not reach gatehouse; try again." };
+  } finally {
+    controls.forEach((c) => (c.disabled = false));
+  }
+}
+
+/** What a refusal says: its field problems, else its message. */
+function refusal({ fields, message }) {
+  return fields.map((f) => f.message).join("; ") || message;
 }
 
 if (form) {
-  const key = newKey();
+  const key = newIdempotencyKey();
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     // The button that submitted: a choice carries its value; "Send" submits the typed text
@@ -28,32 +54,14 @@ if (form) {
       text?.focus();
       return;
     }
-    const controls = form.querySelectorAll("button, input");
-    controls.forEach((c) => (c.disabled = true));
-    result.textContent = "Sending…";
-    try {
-      const response = await fetch(location.pathname, {
-        method: "POST",
-        headers: { "Content-Type": "application/json", "Idempotency-Key": key },
-        body: JSON.stringify({ action: "answer", values: { answer } }),
-      });
-      if (response.status === 202) {
-        result.textContent = `Answered: ${answer}`;
-        form.hidden = true;
-        return;
-      }
-      const body = await response.json();
-      if (body?.error?.code === "gate_not_ready") {
-        result.textContent = "Someone already answered this question.";
-        form.hidden = true;
-        return;
-      }
-      const fields = (body?.error?.fields ?? []).map((f) => f.message).join("; ");
-      result.textContent = fields || body?.error?.message || `Failed (${response.status})`;
-    } catch {
-      result.textContent = "Could not reach gatehouse; try again.";
+    const outcome = await post(form, JSON.stringify({ action: "answer", values: { answer } }), key);
+    if (typeof outcome !== "string") {
+      result.textContent = refusal(outcome);
+      return;
     }
-    controls.forEach((c) => (c.disabled = false));
+    const words = { accepted: `Answered: ${answer}`, answered: "Someone already answered this question." };
+    result.textContent = words[outcome] ?? "This question was already closed.";
+    form.hidden = true;
   });
 }
 
@@ -67,36 +75,16 @@ if (decide) {
 
   async function send(body, done) {
     const sent = JSON.stringify(body);
-    if (attempt?.sent !== sent) attempt = { sent, key: newKey() };
-    const controls = decide.querySelectorAll("button, input, textarea");
-    controls.forEach((c) => (c.disabled = true));
-    result.textContent = "Sending…";
-    try {
-      const response = await fetch(location.pathname, {
-        method: "POST",
-        headers: { "Content-Type": "application/json", "Idempotency-Key": attempt.key },
-        body: sent,
-      });
-      if (response.status === 202) {
-        result.textContent = done;
-        decide.hidden = true;
-        return;
-      }
-      const error = (await response.json().catch(() => null))?.error;
-      attempt = null; // refused: what is sent next is a new attempt
-      if (error?.code === "gate_not_ready") {
-        // The link answers; it never says how someone else decided.
-        result.textContent = /closed/.test(error.message ?? "") ? "This tool call was already closed." : "This tool call was already answered.";
-        decide.hidden = true;
-        return;
-      }
-      const fields = error?.fields ?? [];
-      if (editor?.showServerProblems(fields)) result.textContent = "The server did not accept the edited input.";
-      else result.textContent = fields.map((f) => f.message).join("; ") || error?.message || `Failed (${response.status})`;
-    } catch {
-      result.textContent = "Could not reach gatehouse; try again.";
+    if (attempt?.sent !== sent) attempt = { sent, key: newIdempotencyKey() };
+    const outcome = await post(decide, sent, attempt.key);
+    if (typeof outcome === "string") {
+      result.textContent = outcome === "accepted" ? done : `This tool call was already ${outcome}.`;
+      decide.hidden = true;
+      return;
     }
-    controls.forEach((c) => (c.disabled = false));
+    attempt = null; // refused: what is sent next is a new attempt
+    if (editor?.showServerProblems(outcome.fields)) result.textContent = "The server did not accept the edited input.";
+    else result.textContent = refusal(outcome);
   }
 
   const DONE = { [APPROVE]: "Approved.", [APPROVE_ALWAYS]: "Approved always for this workspace." };

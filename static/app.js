@@ -14,7 +14,7 @@
 // from a snapshot. The token only passes through the form: the script keeps no copy of it.
 
 import { answerGate, getGate, listAllGates, listSomeGates, login, newIdempotencyKey } from './api.js';
-import { APPROVE, DENY, approvalDetails, decisionLine, inputEditor, isSevere } from './permission.js';
+import { APPROVE, DENY, approvalDetails, decisionEffect, decisionLine, inputEditor, isSevere } from './permission.js';
 import { JournalFollower } from './stream.js';
 import {
   answerField,
@@ -241,7 +241,7 @@ function buildApprovalCard(view) {
   entry.card = h(
     'li',
     {
-      class: severe ? `card approval severe risk-${call.risk}` : 'card approval',
+      class: severe ? `card approval risk-${call.risk}` : 'card approval',
       'data-testid': 'open-gate',
       'data-kind': 'permission',
       'data-gate-id': id,
@@ -488,7 +488,7 @@ function renderResolved({ view, item }) {
   if (call) {
     question = call.summary ? `${call.tool_name}: ${call.summary}` : call.tool_name;
     const line = decisionLine(view);
-    const effect = view.decision?.effect ?? (resolution.action === DENY ? 'deny' : 'approve');
+    const effect = decisionEffect(view);
     outcome = line
       ? h('p', { class: `decision decision-${effect}`, 'data-testid': 'decision', 'data-effect': effect }, line)
       : h('p', { class: 'answer-text none', 'data-testid': 'decision' }, 'No decision');

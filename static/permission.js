@@ -1,7 +1,8 @@
 // Permission gates (`harness.permission`): the approval card's parts, the editor of the call's
 // input (a JSON text checked against the input's schema, then a diff the approver confirms), and
-// the one line that says how a call was decided. Shared by the inbox (app.js) and the answer-link
-// page (answer.js). Gate text is untrusted: everything goes in through h(), as text.
+// the one line that says how a call was decided. The inbox (app.js) uses all of it; the
+// answer-link page (answer.js), whose card the server renders, uses the editor and the actions.
+// Gate text is untrusted: everything goes in through h(), as text.
 
 import { checkAgainstSchema, jsonEqual } from './schema.js';
 import { h } from './view.js';
@@ -14,7 +15,7 @@ export const DENY = 'Deny';
 const INPUT_PATH = '/values/tool_input';
 
 /** The input as the approver reads and edits it: JSON, two spaces a level. */
-export function pretty(value) {
+function pretty(value) {
   return JSON.stringify(value, null, 2);
 }
 
@@ -54,7 +55,7 @@ export function approvalDetails(call, headingId) {
 // ---- how it was decided ---------------------------------------------------------------------------
 
 /** A policy's wait in words: 5 min, 1 min 30 s, 2 h, 7 days. `ns`: nanoseconds, as the API has it. */
-export function formatDuration(ns) {
+function formatDuration(ns) {
   if (ns < 1e9) return `${Math.round(ns / 1e6)} ms`;
   let seconds = Math.round(ns / 1e9);
   const parts = [];
@@ -72,6 +73,12 @@ export function formatDuration(ns) {
   return parts.slice(0, 2).filter(Boolean).join(' ');
 }
 
+/** `approve` or `deny`: the view's decision, or its resolution's action while the full view is
+ *  still being fetched. */
+export function decisionEffect({ decision, resolution }) {
+  return decision?.effect ?? (resolution?.action === DENY ? 'deny' : 'approve');
+}
+
 /**
  * "approved by alice", "approved by alice, edited", "denied by bob: not on main", "denied by policy
  * after 5 min": from the view's `decision`, or from its resolution alone while the full view is
@@ -81,7 +88,7 @@ export function decisionLine(view) {
   const { decision, resolution } = view;
   if (!decision && !resolution?.action) return null;
   const action = decision?.action ?? resolution.action;
-  const effect = decision?.effect ?? (action === DENY ? 'deny' : 'approve');
+  const effect = decisionEffect(view);
   const verb = effect === 'deny' ? 'denied' : 'approved';
   const byPolicy = decision ? decision.source === 'policy' : resolution.source?.kind === 'policy';
   let text;
@@ -104,7 +111,7 @@ export function decisionLine(view) {
  * subsequence of the lines between the common head and tail, which keeps an edit of a few lines
  * in a long input cheap.
  */
-export function lineDiff(before, after) {
+function lineDiff(before, after) {
   const a = before.split('\n');
   const b = after.split('\n');
   let head = 0;

@@ -76,7 +76,7 @@ fn row(view: &Value) -> String {
                 .filter_map(|o| o["value"].as_str())
                 .collect();
             // A question's line breaks read best as spaces in a one-line cell.
-            let question: String = gate["prompt"]["body"].as_str().unwrap_or("").chars().take(SUBJECT).collect();
+            let question = gate["prompt"]["body"].as_str().unwrap_or("");
             (question.replace(['\n', '\r'], " "), choices.join(", "))
         }
     };

@@ -186,13 +186,12 @@ impl Audit {
             }
             (Reply::Decision(decision), Some(call)) if decision.approved => {
                 let requirements = &call.request.requirements;
-                let candidates = requirements.iter().flat_map(|r| &r.candidates);
                 Some(Self {
                     kind: "permission",
                     data: AuditData::Permission {
                         requirement_descriptions: requirements.iter().map(|r| r.description.clone()).collect(),
                         candidate_descriptions: match decision.always {
-                            true => candidates.map(|c| c.description.clone()).collect(),
+                            true => call.request.candidate_descriptions().map(str::to_owned).collect(),
                             false => Vec::new(),
                         },
                     },

@@ -85,8 +85,7 @@ fn body(request: &ToolRequest) -> String {
             body.push_str(&requirement.description);
         }
     }
-    let candidates: Vec<&str> =
-        request.requirements.iter().flat_map(|r| &r.candidates).map(|c| c.description.as_str()).collect();
+    let candidates: Vec<&str> = request.candidate_descriptions().collect();
     if !candidates.is_empty() {
         body.push_str("\n\nApprove always saves:");
         for description in candidates {

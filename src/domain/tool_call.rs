@@ -256,6 +256,12 @@ pub fn compile_schema(path: &str, schema: &Value) -> Result<Validator, FieldErro
 }
 
 impl ToolRequest {
+    /// What `Approve always for this workspace` would save: every requirement's candidates'
+    /// descriptions, in order.
+    pub fn candidate_descriptions(&self) -> impl Iterator<Item = &str> {
+        self.requirements.iter().flat_map(|r| &r.candidates).map(|c| c.description.as_str())
+    }
+
     /// The harness's `ValidateRequest`, with caps: normalized texts; requirements unique by their
     /// identity; each candidate of the requirement's kind and grant; and a request with a grant
     /// bound to one execution (`execution_id` equal to the gate's tool execution, when that is

@@ -136,9 +136,9 @@ fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateSta
     let severe = matches!(call.risk, Some(Risk::High | Risk::Critical));
     html.push_str(&format!("<h1>{}</h1>", escape(&gate.prompt.title)));
     match risk.filter(|_| severe) {
-        Some(risk) => html.push_str(&format!(
-            "<article class=\"card approval severe risk-{risk}\" data-risk=\"{risk}\" aria-labelledby=\"tool-name\">"
-        )),
+        Some(risk) => {
+            html.push_str(&format!("<article class=\"card approval risk-{risk}\" aria-labelledby=\"tool-name\">"))
+        }
         None => html.push_str("<article class=\"card approval\" aria-labelledby=\"tool-name\">"),
     }
     html.push_str(&format!(
@@ -158,8 +158,7 @@ fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateSta
             html.push_str(&format!("<li>{}</li>", escape(&requirement.description)));
         }
         html.push_str("</ul>");
-        let saves: Vec<&str> =
-            request.requirements.iter().flat_map(|r| &r.candidates).map(|c| c.description.as_str()).collect();
+        let saves: Vec<&str> = request.candidate_descriptions().collect();
         if !saves.is_empty() {
             html.push_str(&format!("<p class=\"saves\">Approve always saves: {}</p>", escape(&saves.join("; "))));
         }
@@ -180,11 +179,11 @@ fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateSta
         html.push_str(&format!("<p role=\"status\">This tool call was already {outcome}.</p>"));
         return;
     }
-    let editable = call.editable && call.tool_input.is_some();
+    let editable_input = call.tool_input.as_ref().filter(|_| call.editable);
     html.push_str("<div id=\"decide\"");
-    if editable {
+    if let Some(input) = editable_input {
         let json = |value: &serde_json::Value| escape(&value.to_string());
-        html.push_str(&format!(" data-tool-input=\"{}\"", json(call.tool_input.as_ref().expect("editable"))));
+        html.push_str(&format!(" data-tool-input=\"{}\"", json(input)));
         if let Some(schema) = &call.tool_input_schema {
             html.push_str(&format!(" data-tool-input-schema=\"{}\"", json(schema)));
         }
@@ -199,7 +198,7 @@ fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateSta
             escape(&control.label)
         ));
     }
-    if editable {
+    if editable_input.is_some() {
         html.push_str("<button type=\"button\" class=\"choice\" id=\"edit\">Edit input…</button>");
     }
     html.push_str("</div>");
@@ -289,7 +288,7 @@ mod tests {
             assert!(!html.contains(markup), "{markup} is escaped: {html}");
         }
         assert!(html.contains("&lt;b&gt;Bash&lt;/b&gt;"), "{html}");
-        assert!(html.contains("class=\"card approval severe risk-critical\""), "{html}");
+        assert!(html.contains("class=\"card approval risk-critical\""), "{html}");
         assert!(html.contains("critical risk"), "{html}");
         assert!(html.contains("id=\"edit\""), "editable: {html}");
         assert!(html.contains("<form id=\"deny\""), "{html}");
