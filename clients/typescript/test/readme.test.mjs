@@ -39,7 +39,7 @@ async function runExample(t, readme, marker, respond) {
 
   const client = pathToFileURL(path.join(here, '..', 'index.js')).href;
   const example = path.join(dir, 'example.mjs');
-  const code = block[1].replace(/from '(gatehouse|\.\/clients\/typescript\/index\.js)'/, `from '${client}'`);
+  const code = block[1].replace(/from 'gatehouse'/, `from '${client}'`);
   writeFileSync(example, code.replace('http://127.0.0.1:8080', url));
   const run = spawn(process.execPath, [example], { stdio: ['ignore', 'pipe', 'inherit'] });
   let printed = '';

@@ -246,6 +246,7 @@ def permission_body(
     tool: str,
     tool_name: str,
     tool_input: Optional[Mapping[str, Any]],
+    *,
     schema: Optional[Mapping[str, Any]],
     editable: bool,
     risk: Optional[str],
@@ -274,6 +275,7 @@ def permission_body(
 def approve_tool_call(
     tool_name: str,
     tool_input: Optional[Mapping[str, Any]],
+    *,
     schema: Optional[Mapping[str, Any]],
     editable: bool,
     risk: Optional[str],
@@ -290,7 +292,10 @@ def approve_tool_call(
     session = session or fresh_id()
     loop_id = loop_id or fresh_id()
     tool = tool_execution_id or fresh_id()
-    body = permission_body(loop_id, tool, tool_name, tool_input, schema, editable, risk, timeout, summary, requirements)
+    body = permission_body(
+        loop_id, tool, tool_name, tool_input,
+        schema=schema, editable=editable, risk=risk, timeout=timeout, summary=summary, requirements=requirements,
+    )
     # The same ids find the same gate: an open is safe to repeat, and so is a whole call.
     view = expect((yield from retried(Call("POST", f"/v1/sessions/{session}/gates", json=body))))
     view = yield from settled(session, view, None)

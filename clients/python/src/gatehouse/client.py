@@ -111,8 +111,9 @@ class Client:
         """
         return self._run(
             _flows.approve_tool_call(
-                tool_name, tool_input, schema, editable, risk, timeout, summary, requirements,
-                session, loop_id, tool_execution_id,
+                tool_name, tool_input,
+                schema=schema, editable=editable, risk=risk, timeout=timeout, summary=summary,
+                requirements=requirements, session=session, loop_id=loop_id, tool_execution_id=tool_execution_id,
             )
         )
 
@@ -245,8 +246,9 @@ class AsyncClient:
         """See :meth:`Client.approve_tool_call`."""
         return await self._run(
             _flows.approve_tool_call(
-                tool_name, tool_input, schema, editable, risk, timeout, summary, requirements,
-                session, loop_id, tool_execution_id,
+                tool_name, tool_input,
+                schema=schema, editable=editable, risk=risk, timeout=timeout, summary=summary,
+                requirements=requirements, session=session, loop_id=loop_id, tool_execution_id=tool_execution_id,
             )
         )
 
