@@ -2,17 +2,19 @@
 //! prefix of at least 8 hex digits (the short ids `gatehouse gates` shows). A question's gate
 //! takes the text as its answer; a permission gate takes `approve` (with `--input`, an edit),
 //! `approve-always` or `deny` (with `--reason`): the gate's kind decides, so a question's answer
-//! may be the word "approve". Exit 0 accepted; 2 the gate was already resolved or closed (the
-//! winner on stderr); 1 otherwise (an unknown or ambiguous prefix too).
+//! may be the word "approve". A form takes `--values JSON` (submitted), `--decline` or
+//! `--cancel`; an open-URL gate `--done`, `--decline` or `--cancel`. Exit 0 accepted; 2 the gate
+//! was already resolved or closed (the winner on stderr); 1 otherwise (an unknown or ambiguous
+//! prefix, or values the form refuses, each field's problem on a line of its own).
 
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::asking::Decision;
+use super::asking::{ACCEPT, CANCEL, DECLINE, Decision, FORM, FormReply, OPEN_URL, field_names};
 use super::client::{Api, Reply};
 use super::server_backoff;
-use super::terminal::{Lines, escape};
+use super::terminal::quote;
 use crate::config::AnswerArgs;
 use crate::domain::GateId;
 use crate::domain::gate::{ASK_USER, PERMISSION};
@@ -107,11 +109,6 @@ fn id_of(view: &Value) -> &str {
     view["gate"]["id"].as_str().unwrap_or("")
 }
 
-/// Text from the server or the command line, escaped for one line of the terminal.
-fn quote(text: &str) -> String {
-    escape(text, Lines::Escape).into_owned()
-}
-
 async fn answer(api: &Api, gate: &GateRef, args: &AnswerArgs) -> Result<ExitCode, String> {
     let found = find(api, gate).await?;
     let body = body(&found, args)?;
@@ -144,23 +141,75 @@ async fn answer(api: &Api, gate: &GateRef, args: &AnswerArgs) -> Result<ExitCode
 }
 
 /// The body of the answer to the gate whose view is `found`, by its kind: a question's answer
-/// text, or a decision on a tool call.
+/// text, a decision on a tool call, a form's values, or what became of an open-URL gate's task.
 fn body(found: &Value, args: &AnswerArgs) -> Result<Value, String> {
-    match found["gate"]["kind"].as_str().unwrap_or(ASK_USER) {
+    let kind = found["gate"]["kind"].as_str().unwrap_or(ASK_USER);
+    if !matches!(kind, FORM | OPEN_URL)
+        && let Some(flag) = reply_flag(args)
+    {
+        return Err(format!("{flag} is for forms and open-URL gates; {}", wanted(found)));
+    }
+    match kind {
         ASK_USER => {
             if args.input.is_some() || args.reason.is_some() {
                 return Err("--input and --reason are for permission gates; this gate asks a question: \
                             give the answer alone"
                     .into());
             }
-            Ok(json!({"action": "answer", "values": {"answer": args.answer}}))
+            let answer = args.answer.as_deref().ok_or_else(|| wanted(found))?;
+            Ok(json!({"action": "answer", "values": {"answer": answer}}))
         }
         PERMISSION => decision_body(found, args),
+        FORM | OPEN_URL => reply_body(found, args),
         other => Err(format!(
             "gate {} is of a kind this gatehouse answer does not know: {}",
             quote(id_of(found)),
             quote(other)
         )),
+    }
+}
+
+/// The flag given that answers a form or an open-URL gate, if any.
+fn reply_flag(args: &AnswerArgs) -> Option<&'static str> {
+    [(args.values.is_some(), "--values"), (args.decline, "--decline"), (args.cancel, "--cancel"), (args.done, "--done")]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+}
+
+/// A form's answer (`--values`, `--decline`, `--cancel`) or an open-URL gate's (`--done`,
+/// `--decline`, `--cancel`).
+fn reply_body(found: &Value, args: &AnswerArgs) -> Result<Value, String> {
+    let form = found["gate"]["kind"] == FORM;
+    if args.answer.is_some() || args.input.is_some() || args.reason.is_some() {
+        return Err(wanted(found));
+    }
+    match (reply_flag(args), form) {
+        (Some("--values"), true) => Ok(json!({"action": ACCEPT, "values": args.values})),
+        (Some("--done"), false) => Ok(json!({"action": ACCEPT})),
+        (Some("--decline"), _) => Ok(json!({"action": DECLINE})),
+        (Some("--cancel"), _) => Ok(json!({"action": CANCEL})),
+        _ => Err(wanted(found)),
+    }
+}
+
+/// What the gate whose view is `found` takes, in words, for a refused command line.
+fn wanted(found: &Value) -> String {
+    let gate = quote(id_of(found));
+    match found["gate"]["kind"].as_str().unwrap_or(ASK_USER) {
+        FORM => {
+            let names = field_names(&found["gate"]);
+            let listed = if names.is_empty() { String::new() } else { format!(" ({})", quote(&names.join(", "))) };
+            format!(
+                "gate {gate} is a form: answer it with --values JSON, an object of its fields{listed}, or with \
+                 --decline or --cancel"
+            )
+        }
+        OPEN_URL => format!(
+            "gate {gate} asks to do something at a URL: answer it with --done once it is done, or with --decline \
+             or --cancel"
+        ),
+        PERMISSION => format!("gate {gate} asks to approve a tool call: answer it with approve or deny"),
+        _ => format!("gate {gate} asks a question: give the answer"),
     }
 }
 
@@ -170,7 +219,8 @@ fn decision_body(found: &Value, args: &AnswerArgs) -> Result<Value, String> {
     let offered = |action: &str| {
         found["gate"]["prompt"]["controls"].as_array().into_iter().flatten().any(|c| c["action"] == action)
     };
-    let word = args.answer.to_ascii_lowercase();
+    let Some(answer) = args.answer.as_deref() else { return Err(wanted(found)) };
+    let word = answer.to_ascii_lowercase();
     let action = match word.as_str() {
         "approve" => APPROVE,
         "approve-always" if offered(APPROVE_ALWAYS) => APPROVE_ALWAYS,
@@ -185,7 +235,7 @@ fn decision_body(found: &Value, args: &AnswerArgs) -> Result<Value, String> {
             return Err(format!(
                 "gate {} asks to approve a tool call: answer it with approve{always} or deny, not \"{}\"",
                 quote(id_of(found)),
-                quote(&args.answer)
+                quote(answer)
             ));
         }
     };
@@ -207,6 +257,14 @@ async fn winner(api: &Api, gate: &str, reply: &Reply) -> String {
     let at = quote(resolution["created_at"].as_str().unwrap_or("earlier"));
     if let Some(decision) = Decision::of(&view) {
         return decided(&decision, &at);
+    }
+    if let Some(reply) = FormReply::of(&view) {
+        let by = match (&reply.principal, reply.by_policy) {
+            (_, true) => "by its timeout".to_owned(),
+            (Some(principal), false) => format!("by {}", quote(principal)),
+            (None, false) => "by a person".to_owned(),
+        };
+        return format!("already {} {by} at {at}", reply.done());
     }
     let answer = view["answer"].as_str().map(quote);
     match (resolution["reason"].as_str().unwrap_or(""), answer) {
@@ -241,10 +299,51 @@ mod tests {
     fn args(answer: &str, input: Option<Value>, reason: Option<&str>) -> AnswerArgs {
         AnswerArgs {
             gate_id: "9d3e4f50".into(),
-            answer: answer.into(),
+            answer: Some(answer.into()),
             reason: reason.map(str::to_owned),
             input,
+            values: None,
+            decline: false,
+            cancel: false,
+            done: false,
             client: crate::config::ClientArgs { url: String::new(), token: None },
+        }
+    }
+
+    /// The flags of a form's or an open-URL gate's answer, and no ANSWER.
+    fn reply(values: Option<Value>, decline: bool, cancel: bool, done: bool) -> AnswerArgs {
+        AnswerArgs { answer: None, values, decline, cancel, done, ..args("", None, None) }
+    }
+
+    #[test]
+    fn forms_take_values_decline_or_cancel_and_open_url_gates_done() {
+        let fields = json!({"fields": [{"name": "env", "kind": "text"}, {"name": "ticket", "kind": "text"}]});
+        let form = json!({"gate": {"id": "f", "kind": FORM, "prompt": {"schema": fields}}});
+        let open_url = json!({"gate": {"id": "u", "kind": OPEN_URL, "prompt": {}}});
+        let values = json!({"env": "prod"});
+        assert_eq!(
+            body(&form, &reply(Some(values.clone()), false, false, false)).unwrap(),
+            json!({"action": "accept", "values": values})
+        );
+        assert_eq!(body(&form, &reply(None, true, false, false)).unwrap(), json!({"action": "decline"}));
+        assert_eq!(body(&form, &reply(None, false, true, false)).unwrap(), json!({"action": "cancel"}));
+        assert_eq!(body(&open_url, &reply(None, false, false, true)).unwrap(), json!({"action": "accept"}));
+        assert_eq!(body(&open_url, &reply(None, true, false, false)).unwrap(), json!({"action": "decline"}));
+        assert_eq!(body(&open_url, &reply(None, false, true, false)).unwrap(), json!({"action": "cancel"}));
+
+        for wrong in [reply(None, false, false, true), reply(None, false, false, false), args("prod", None, None)] {
+            let message = body(&form, &wrong).unwrap_err();
+            assert!(message.contains("--values JSON") && message.contains("(env, ticket)"), "{message}");
+        }
+        for wrong in [reply(Some(values.clone()), false, false, false), args("done", None, None)] {
+            assert!(body(&open_url, &wrong).unwrap_err().contains("--done once it is done"));
+        }
+        let question = json!({"gate": {"id": "q", "kind": "harness.ask_user", "prompt": {}}});
+        let permission = json!({"gate": {"id": "p", "kind": PERMISSION, "prompt": {}}});
+        for found in [&question, &permission] {
+            let message = body(found, &reply(Some(values.clone()), false, false, false)).unwrap_err();
+            assert!(message.starts_with("--values is for forms"), "{message}");
+            assert!(body(found, &reply(None, false, false, false)).is_err(), "the answer is missing");
         }
     }
 

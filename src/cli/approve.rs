@@ -6,7 +6,6 @@
 //! a timeout is a denial by policy); 2 withdrawn; 130, 143 and 129 on SIGINT, SIGTERM and SIGHUP
 //! (after withdrawing); 1 anything else.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -14,8 +13,8 @@ use serde_json::Value;
 
 use super::asking::{Approval, Decision, Ending};
 use super::blocking::{self, Ids, StopSignals};
-use super::say;
-use super::terminal::{Lines, escape, escape_json};
+use super::say_json;
+use super::terminal::quote;
 use crate::config::ApproveArgs;
 
 const WITHDRAWN: u8 = 2;
@@ -53,9 +52,9 @@ pub async fn run(args: ApproveArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let announce = |gate: &str| announce(gate, &approval);
+    let announce = |gate: &str, _: &Value| announce(gate, &approval);
     // The server decides at the deadline (denies by policy): there is no deadline of our own.
-    let waited = blocking::open_and_wait(&mut signals, &api, "approve", &ids, &body, announce, None);
+    let waited = blocking::open_and_wait(&mut signals, &api, "approve", ids.owner(), &body, announce, None);
     let (asked, ending) = match waited.await {
         Ok(waited) => waited,
         Err(code) => return code,
@@ -79,7 +78,7 @@ pub async fn run(args: ApproveArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let code = if decision.approved {
-        print_input(decision.tool_input.as_ref().unwrap_or(&approval.input));
+        say_json(decision.tool_input.as_ref().unwrap_or(&approval.input));
         if decision.edited {
             eprintln!("gatehouse approve: approved with an edited input by {}", by(&decision));
         }
@@ -127,16 +126,4 @@ fn announce(gate: &str, approval: &Approval) {
 /// Who decided, for a line on stderr.
 fn by(decision: &Decision) -> String {
     decision.principal.as_deref().map_or_else(|| "a person".to_owned(), quote)
-}
-
-/// Text from the server or the command line, escaped for one line of the terminal.
-fn quote(text: &str) -> String {
-    escape(text, Lines::Escape).into_owned()
-}
-
-/// The final input as one line of compact JSON: exact for a script, with the characters that
-/// could drive a terminal escaped (as JSON escapes, the same value) on one.
-fn print_input(input: &Value) {
-    let json = input.to_string();
-    if std::io::stdout().is_terminal() { say(&escape_json(&json)) } else { say(&json) }
 }

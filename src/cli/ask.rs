@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::asking::{Ending, Question};
 use super::blocking::{self, Ids, StopSignals};
-use super::say;
-use super::terminal::{Lines, escape, escape_json};
+use super::terminal::{Lines, escape};
+use super::{say, say_json};
 use crate::config::AskArgs;
 
 const WITHDRAWN: u8 = 2;
@@ -40,8 +40,9 @@ pub async fn run(args: AskArgs) -> ExitCode {
         }
     };
     // With a default the server answers at the deadline; without one, the deadline is ours.
-    let announce = |gate: &str| announce(gate, args.question.as_str());
-    let waited = blocking::open_and_wait(&mut signals, &api, "ask", &ids, &body, announce, question.own_timeout());
+    let announce = |gate: &str, _: &Value| announce(gate, args.question.as_str());
+    let waited =
+        blocking::open_and_wait(&mut signals, &api, "ask", ids.owner(), &body, announce, question.own_timeout());
     let (asked, ending) = match waited.await {
         Ok(waited) => waited,
         Err(code) => return code,
@@ -96,6 +97,5 @@ fn print_answer(answer: &str) {
 /// The final view as JSON, with the gate id at the top level for scripts.
 fn print_json(mut view: Value, gate: &str) {
     view["gate_id"] = json!(gate);
-    let json = view.to_string();
-    if std::io::stdout().is_terminal() { say(&escape_json(&json)) } else { say(&json) }
+    say_json(&view);
 }

@@ -1,10 +1,12 @@
-//! The flow every asker shares (`gatehouse ask`, `gatehouse approve`, `gatehouse mcp`): open a
-//! gate (a question, or a permission gate for a tool call), wait for it to leave `open` (riding
+//! The flow every asker shares (`gatehouse ask`, `approve`, `form`, `mcp`): open a gate (a
+//! question, a permission gate for a tool call, or a form), wait for it to leave `open` (riding
 //! out server restarts), withdraw it when the asker gives up, and acknowledge the loop command an
-//! answer or a decision produced.
+//! answer or a decision produced (a loop's gate only: a host's gate puts none in any inbox).
 
 use std::time::Duration;
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -31,7 +33,8 @@ pub enum Ending {
 pub struct Asked {
     pub api: Api,
     pub session: String,
-    pub loop_id: String,
+    /// The loop that owns the gate; `None` for a host-owned gate.
+    pub loop_id: Option<String>,
     pub gate: String,
     /// Who waits (`ask`, `mcp`), for the lines it writes to stderr.
     pub who: &'static str,
@@ -172,6 +175,134 @@ impl Decision {
     }
 }
 
+/// The gate kind of a form (`gatehouse form`, the MCP tool `ask_form`).
+pub const FORM: &str = "harness.form";
+/// The gate kind that asks a person to do something at a URL and say when it is done.
+pub const OPEN_URL: &str = "harness.open_url";
+/// The answers a form or an open-URL gate takes.
+pub const ACCEPT: &str = "accept";
+pub const DECLINE: &str = "decline";
+pub const CANCEL: &str = "cancel";
+
+/// What a form asks: a message and the fields a person fills in.
+#[derive(Debug, Clone)]
+pub struct Form {
+    /// The server's default ("Input requested") when `None`.
+    pub title: Option<String>,
+    /// The message above the fields.
+    pub body: String,
+    pub schema: FormSchema,
+    /// Cancel the form (by policy) when nobody answers within this long.
+    pub timeout: Option<Duration>,
+}
+
+/// A form's fields, in one of the two shapes the API takes, each sent as it is.
+#[derive(Debug, Clone)]
+pub enum FormSchema {
+    /// gatehouse's own shape, `{"fields": […]}`, sent as `schema`.
+    Harness(Value),
+    /// A JSON Schema of an object, sent as `json_schema`, as its text: the server translates its
+    /// properties into fields in their order, which a `Value` (its keys sorted) would lose.
+    JsonSchema(Box<RawValue>),
+}
+
+impl FormSchema {
+    /// The shape the JSON text `schema` is in: an object with a `fields` array is gatehouse's (no
+    /// JSON Schema keyword is named `fields`), any other object a JSON Schema. `Err` completes
+    /// "the schema …".
+    pub fn parse(schema: &str) -> Result<Self, String> {
+        let value: Value = serde_json::from_str(schema).map_err(|e| format!("is not JSON: {e}"))?;
+        match &value {
+            Value::Object(members) if members.get("fields").is_some_and(Value::is_array) => Ok(Self::Harness(value)),
+            Value::Object(_) => {
+                let raw = RawValue::from_string(schema.trim().to_owned()).map_err(|e| format!("is not JSON: {e}"))?;
+                Ok(Self::JsonSchema(raw))
+            }
+            _ => Err("is not a JSON object: give {\"fields\": [...]} or a JSON Schema of an object".to_owned()),
+        }
+    }
+}
+
+impl Form {
+    /// The open body, as JSON text: owned by `loop_id`'s tool execution `tool` when `owner`
+    /// names them, by the host (no loop) when it is `None`.
+    pub fn body(&self, owner: Option<(&str, &str)>) -> Result<Box<RawValue>, String> {
+        let mut body = json!({"kind": FORM, "body": self.body});
+        if let Some((loop_id, tool)) = owner {
+            body["loop_id"] = json!(loop_id);
+            body["tool_execution_id"] = json!(tool);
+        }
+        if let Some(title) = &self.title {
+            body["title"] = json!(title);
+        }
+        if let Some(timeout) = self.timeout {
+            body["response_policy"] =
+                json!({"timeout": nanos(timeout)?, "on_timeout": "respond", "response": {"action": CANCEL}});
+        }
+        let text = match &self.schema {
+            FormSchema::Harness(schema) => {
+                body["schema"] = schema.clone();
+                body.to_string()
+            }
+            // The JSON Schema goes in as its own text: the object's closing brace makes way for
+            // one more member (the object has `kind`, so a comma goes first).
+            FormSchema::JsonSchema(schema) => {
+                let mut text = body.to_string();
+                text.pop();
+                text.push_str(",\"json_schema\":");
+                text.push_str(schema.get());
+                text.push('}');
+                text
+            }
+        };
+        RawValue::from_string(text).map_err(|e| format!("cannot write the form: {e}"))
+    }
+}
+
+/// The names of a form's top-level fields, in their order, as the gate (`view["gate"]`, or an
+/// event's `gate`) shows them: the keys its values take.
+pub fn field_names(gate: &Value) -> Vec<&str> {
+    let fields = gate["prompt"]["schema"]["fields"].as_array().map(Vec::as_slice).unwrap_or_default();
+    fields.iter().filter_map(|field| field["name"].as_str()).collect()
+}
+
+/// How a person (or the policy, at the deadline) answered a form or an open-URL gate, as its
+/// resolved view shows it (`decision`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FormReply {
+    /// `accept`, `decline` or `cancel`.
+    pub action: String,
+    /// The values of an accepted form, by field name.
+    pub values: Option<Value>,
+    /// Who answered, when the server knows.
+    pub principal: Option<String>,
+    /// Answered by the gate's policy at its deadline: nobody answered in time.
+    pub by_policy: bool,
+}
+
+impl FormReply {
+    /// The reply of a resolved form or open-URL gate's view; `None` for any other view.
+    pub fn of(view: &Value) -> Option<Self> {
+        let decision = &view["decision"];
+        let action = decision["action"].as_str().filter(|a| [ACCEPT, DECLINE, CANCEL].contains(a))?;
+        Some(Self {
+            action: action.to_owned(),
+            values: decision.get("values").filter(|values| values.is_object()).cloned(),
+            principal: decision["principal"].as_str().map(str::to_owned),
+            by_policy: decision["source"] == "policy" || view["resolution"]["reason"] == "policy_response",
+        })
+    }
+
+    /// The action as a past participle: "accepted", "declined", "cancelled".
+    pub fn done(&self) -> &'static str {
+        match self.action.as_str() {
+            ACCEPT => "accepted",
+            DECLINE => "declined",
+            _ => "cancelled",
+        }
+    }
+}
+
 /// A timeout as the API's nanoseconds.
 fn nanos(timeout: Duration) -> Result<i64, String> {
     i64::try_from(timeout.as_nanos()).map_err(|_| "the timeout is too long".to_owned())
@@ -179,7 +310,7 @@ fn nanos(timeout: Duration) -> Result<i64, String> {
 
 /// Opens the gate `body` describes in `session` (or finds the one its ids opened before) and
 /// returns its view. The ids make it idempotent, so transient trouble is simply retried.
-pub async fn open(api: &Api, session: &str, body: &Value) -> Result<Value, String> {
+pub async fn open(api: &Api, session: &str, body: &(impl Serialize + ?Sized)) -> Result<Value, String> {
     let path = format!("/v1/sessions/{session}/gates");
     const TRIES: usize = 5;
     let mut backoff = server_backoff();
@@ -279,28 +410,31 @@ impl Asked {
         last.expect("tried at least once")
     }
 
-    /// Acknowledges the command this gate put in our loop's inbox (`ProvideUserInput`, or
-    /// `ApproveToolCall` / `DenyToolCall`): the asker is the loop, and it has used the answer.
+    /// Acknowledges the command this gate put in our loop's inbox (`ProvideUserInput`,
+    /// `ApproveToolCall` / `DenyToolCall`, or `ProvideFormInput`): the asker is the loop, and it
+    /// has used the answer.
     pub async fn ack(&self) -> Result<(), String> {
-        let command = self.command().await?;
+        let (loop_id, command) = self.command().await?;
         let id = command["command"]["command_id"].as_str().ok_or("a command without an id")?;
-        let path = format!("/v1/sessions/{}/loops/{}/commands/{id}/ack", self.session, self.loop_id);
-        let reply = self.api.post(&path, None, None).await.map_err(|e| e.to_string())?;
+        let path = format!("/v1/sessions/{}/loops/{loop_id}/commands/{id}/ack", self.session);
+        let reply = self.api.post(&path, None::<&Value>, None).await.map_err(|e| e.to_string())?;
         if reply.ok() { Ok(()) } else { Err(reply.message()) }
     }
 
     /// Whether this gate's command was acknowledged: its answer was taken.
     pub async fn acked(&self) -> Result<bool, String> {
-        Ok(self.command().await?["acked_at"].is_string())
+        Ok(self.command().await?.1["acked_at"].is_string())
     }
 
-    /// This gate's entry in the loop's inbox, acknowledged or not, looked up page by page.
-    async fn command(&self) -> Result<Value, String> {
+    /// The owning loop and this gate's entry in its inbox, acknowledged or not, looked up page by
+    /// page.
+    async fn command(&self) -> Result<(&str, Value), String> {
+        let loop_id = self.loop_id.as_deref().ok_or("a host-owned gate puts no command in an inbox")?;
         let mut after = 0;
         loop {
             let inbox = format!(
-                "/v1/sessions/{}/loops/{}/commands?include_acked=true&limit=1000&after={after}",
-                self.session, self.loop_id
+                "/v1/sessions/{}/loops/{loop_id}/commands?include_acked=true&limit=1000&after={after}",
+                self.session
             );
             let reply = self.api.get(&inbox).await.map_err(|e| e.to_string())?;
             if !reply.ok() {
@@ -308,7 +442,7 @@ impl Asked {
             }
             let commands = reply.body["commands"].as_array().cloned().unwrap_or_default();
             if let Some(entry) = commands.iter().find(|c| c["command"]["gate_id"] == self.gate.as_str()) {
-                return Ok(entry.clone());
+                return Ok((loop_id, entry.clone()));
             }
             match reply.body["next_after"].as_i64() {
                 Some(next) if !commands.is_empty() && next > after => after = next,
@@ -324,5 +458,65 @@ pub fn ending_of(view: Value) -> Option<Ending> {
         Some("resolved") => Some(Ending::Answered(view)),
         Some("closed") => Some(Ending::Withdrawn(view)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_schema_goes_out_as_its_text_and_fields_as_they_are() {
+        // Properties out of alphabetical order: a `Value` would sort them, the form must not.
+        let text = r#" {"type": "object", "properties": {"zone": {"type": "string"}, "app": {"type": "string"}}} "#;
+        let schema = FormSchema::parse(text).unwrap();
+        assert!(matches!(schema, FormSchema::JsonSchema(_)));
+        let form = Form { title: None, body: "Where?".into(), schema, timeout: None };
+        let body = form.body(None).unwrap();
+        assert!(body.get().contains(r#""properties": {"zone": {"type": "string"}, "app""#), "{}", body.get());
+        let sent: Value = serde_json::from_str(body.get()).unwrap();
+        assert_eq!(sent["kind"], FORM);
+        assert_eq!((sent.get("loop_id"), sent.get("tool_execution_id")), (None, None), "host-owned: no loop");
+        assert_eq!(sent["json_schema"]["properties"]["app"], json!({"type": "string"}));
+        assert_eq!(sent.get("schema"), None);
+
+        let fields = json!({"fields": [{"name": "env", "kind": "text"}]});
+        let form = Form {
+            title: Some("Deploy".into()),
+            body: "Where?".into(),
+            schema: FormSchema::parse(&fields.to_string()).unwrap(),
+            timeout: Some(Duration::from_secs(2)),
+        };
+        let sent: Value = serde_json::from_str(form.body(Some(("l", "t"))).unwrap().get()).unwrap();
+        assert_eq!(
+            sent,
+            json!({"kind": FORM, "body": "Where?", "title": "Deploy", "loop_id": "l", "tool_execution_id": "t",
+                   "schema": fields, "response_policy": {"timeout": 2_000_000_000_i64, "on_timeout": "respond",
+                                                          "response": {"action": "cancel"}}})
+        );
+        for bad in ["[1]", "\"x\"", "{", ""] {
+            assert!(FormSchema::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(matches!(FormSchema::parse(r#"{"fields": {}}"#), Ok(FormSchema::JsonSchema(_))), "not an array");
+    }
+
+    #[test]
+    fn a_form_reply_is_read_from_the_decision() {
+        let view = json!({"state": "resolved", "decision": {"action": "accept", "values": {"env": "prod"},
+                          "source": "user", "principal": "alice"}});
+        assert_eq!(
+            FormReply::of(&view),
+            Some(FormReply {
+                action: ACCEPT.into(),
+                values: Some(json!({"env": "prod"})),
+                principal: Some("alice".into()),
+                by_policy: false,
+            })
+        );
+        let timed_out = json!({"decision": {"action": "cancel", "source": "policy"}});
+        let reply = FormReply::of(&timed_out).unwrap();
+        assert!(reply.by_policy && reply.values.is_none() && reply.done() == "cancelled");
+        assert_eq!(FormReply::of(&json!({"decision": {"effect": "approve"}})), None, "a permission decision");
+        assert_eq!(FormReply::of(&json!({"answer": "yes"})), None);
     }
 }

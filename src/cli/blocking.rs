@@ -1,10 +1,11 @@
-//! What the blocking command-line askers (`gatehouse ask`, `gatehouse approve`) share: stop
+//! What the blocking command-line askers (`gatehouse ask`, `approve`, `form`) share: stop
 //! signals are watched from the start, the gate is opened, announced and waited for, and a stop
 //! signal withdraws it before the process exits with 128 + the signal's number.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -31,16 +32,33 @@ pub struct Ids {
 
 impl Ids {
     pub fn of(given: &GateIds) -> Self {
-        let or_fresh = |id: &Option<String>| id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         Self {
-            session: or_fresh(&given.session),
-            loop_id: or_fresh(&given.loop_id),
-            tool: or_fresh(&given.tool_execution_id),
+            session: or_fresh(given.session.as_deref()),
+            loop_id: or_fresh(given.loop_id.as_deref()),
+            tool: or_fresh(given.tool_execution_id.as_deref()),
         }
+    }
+
+    /// Where the gate opens: in the session, owned by the loop.
+    pub fn owner(&self) -> Owner<'_> {
+        Owner { session: &self.session, loop_id: Some(&self.loop_id) }
     }
 }
 
-/// Opens the gate `body` describes, calls `announce` with its id if it is open, and waits until
+/// The id given, or a fresh one.
+pub fn or_fresh(given: Option<&str>) -> String {
+    given.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
+}
+
+/// Where a gate opens: its session, and the loop that owns it (`None` for a host-owned gate,
+/// which puts no command in any inbox).
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    pub session: &'a str,
+    pub loop_id: Option<&'a str>,
+}
+
+/// Opens the gate `body` describes, calls `announce` with its id and view if it is open, and waits until
 /// it leaves `open` or `own_timeout` (counted from the open) passes. `Err` is the exit code of a
 /// run that ends here: the open failed (said on stderr), or a stop signal came (the gate was
 /// withdrawn, or why not was said).
@@ -48,19 +66,19 @@ pub async fn open_and_wait(
     signals: &mut StopSignals,
     api: &Api,
     who: &'static str,
-    ids: &Ids,
-    body: &Value,
-    announce: impl FnOnce(&str),
+    owner: Owner<'_>,
+    body: &(impl Serialize + ?Sized),
+    announce: impl FnOnce(&str, &Value),
     own_timeout: Option<Duration>,
 ) -> Result<(Asked, Ending), ExitCode> {
     let asked = |gate: &str| Asked {
         api: api.clone(),
-        session: ids.session.clone(),
-        loop_id: ids.loop_id.clone(),
+        session: owner.session.to_owned(),
+        loop_id: owner.loop_id.map(str::to_owned),
         gate: gate.to_owned(),
         who,
     };
-    let opening = asking::open(api, &ids.session, body);
+    let opening = asking::open(api, owner.session, body);
     tokio::pin!(opening);
     let opened = tokio::select! {
         opened = &mut opening => opened,
@@ -77,7 +95,7 @@ pub async fn open_and_wait(
                 None => eprintln!(
                     "gatehouse {who}: {} while opening its gate; if it opened, it is still open (session {})",
                     stop.name(),
-                    ids.session
+                    owner.session
                 ),
             }
             return Err(ExitCode::from(stop.exit_code()));
@@ -92,7 +110,7 @@ pub async fn open_and_wait(
     };
     let asked = asked(gate_of(&view));
     if view["state"] == "open" {
-        announce(&asked.gate);
+        announce(&asked.gate, &view);
     }
     let deadline = own_timeout.map(|timeout| Instant::now() + timeout);
     let ending = tokio::select! {
@@ -107,11 +125,15 @@ pub async fn open_and_wait(
 
 /// What an asker says when the server stopped showing its gate, and exits 1 after.
 pub fn refused(asked: &Asked, message: &str) -> ExitCode {
-    eprintln!(
-        "gatehouse {}: stopped waiting: {message}. Gate {} may still be open; asking again with the same \
-         --session, --loop and --id finds it",
-        asked.who, asked.gate
-    );
+    let (who, gate) = (asked.who, &asked.gate);
+    // A loop's gate is found again by its ids; a host's gate is new at each run.
+    match asked.loop_id {
+        Some(_) => eprintln!(
+            "gatehouse {who}: stopped waiting: {message}. Gate {gate} may still be open; asking again with the \
+             same --session, --loop and --id finds it"
+        ),
+        None => eprintln!("gatehouse {who}: stopped waiting: {message}. Gate {gate} may still be open"),
+    }
     ExitCode::FAILURE
 }
 

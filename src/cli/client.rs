@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use reqwest::Method;
+use serde::Serialize;
 use serde_json::Value;
 
 use super::terminal::{Lines, escape};
@@ -98,7 +99,18 @@ impl Api {
         self.send(Method::GET, path, None, None).await
     }
 
-    pub async fn post(&self, path: &str, body: Option<&Value>, key: Option<&str>) -> Result<Reply, ClientError> {
+    /// A POST of `body` as JSON: a `Value`, or JSON text kept as it is (`RawValue`: the order of
+    /// an object's members is part of what a JSON Schema says).
+    pub async fn post(
+        &self,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+        key: Option<&str>,
+    ) -> Result<Reply, ClientError> {
+        let body = body.map(serde_json::to_vec).transpose().map_err(|e| ClientError::Protocol {
+            url: format!("{}{path}", self.base),
+            cause: format!("cannot write the request: {e}"),
+        })?;
         self.send(Method::POST, path, body, key).await
     }
 
@@ -106,13 +118,13 @@ impl Api {
         &self,
         method: Method,
         path: &str,
-        body: Option<&Value>,
+        body: Option<Vec<u8>>,
         key: Option<&str>,
     ) -> Result<Reply, ClientError> {
         let url = format!("{}{path}", self.base);
         let mut request = self.http.request(method, &url);
         if let Some(body) = body {
-            request = request.json(body);
+            request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
         }
         if let Some(key) = key {
             request = request.header("idempotency-key", key);

@@ -2,12 +2,14 @@
 //! per change, live. Gate ids show as their first eight characters, which `gatehouse answer`
 //! takes as a prefix. Each row names its gate's kind: a question shows its text and choices, a
 //! permission gate its tool (and risk), its summary, and the words `gatehouse answer` takes for
-//! it. Text from others (tool names too) is escaped for the terminal.
+//! it, a form its message and its fields, an open-URL gate the site (never the URL) and its
+//! message. Text from others (tool names too) is escaped for the terminal.
 
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use super::asking::{ACCEPT, CANCEL, DECLINE, FORM, OPEN_URL, field_names};
 use super::client::Api;
 use super::sse::Reader;
 use super::terminal::{Lines, escape};
@@ -68,6 +70,8 @@ fn row(view: &Value) -> String {
     let (subject, choices) = match kind {
         // A tool's name is shown as it is, line breaks escaped: it names what runs.
         PERMISSION => tool_call(gate),
+        FORM => (one_line(&gate["prompt"]["body"]), format!("fields: {}", field_names(gate).join(", "))),
+        OPEN_URL => (site(gate), "--done, --decline, --cancel".to_owned()),
         _ => {
             let choices: Vec<&str> = gate["prompt"]["schema"]["fields"][0]["options"]
                 .as_array()
@@ -75,9 +79,7 @@ fn row(view: &Value) -> String {
                 .flatten()
                 .filter_map(|o| o["value"].as_str())
                 .collect();
-            // A question's line breaks read best as spaces in a one-line cell.
-            let question = gate["prompt"]["body"].as_str().unwrap_or("");
-            (question.replace(['\n', '\r'], " "), choices.join(", "))
+            (one_line(&gate["prompt"]["body"]), choices.join(", "))
         }
     };
     let subject: String = subject.chars().take(SUBJECT).collect();
@@ -93,12 +95,30 @@ fn row(view: &Value) -> String {
     )
 }
 
-/// A kind as the table names it: `ask` and `permission` for the two gatehouse serves.
+/// A kind as the table names it: `ask`, `permission`, `form` and `open_url` for those gatehouse
+/// serves.
 fn kind_name(kind: &str) -> &str {
     match kind {
         ASK_USER => "ask",
         PERMISSION => "permission",
+        FORM => "form",
+        OPEN_URL => "open_url",
         other => other,
+    }
+}
+
+/// A message's line breaks read best as spaces in a one-line cell.
+fn one_line(text: &Value) -> String {
+    text.as_str().unwrap_or("").replace(['\n', '\r'], " ")
+}
+
+/// An open-URL gate's cell: the site it sends the person to (the URL itself is a secret, and
+/// not in the view), then its message.
+fn site(gate: &Value) -> String {
+    let body = one_line(&gate["prompt"]["body"]);
+    match gate["prompt"]["origin"].as_str() {
+        Some(origin) => format!("{origin}: {body}"),
+        None => body,
     }
 }
 
@@ -174,8 +194,28 @@ fn describe(event: &Value) -> Option<String> {
             let (subject, _) = tool_call(&event["gate"]);
             Some(format!("opened    {}  permission {}", gate(&event["gate"]["id"]), cell(&subject)))
         }
+        "GateOpened" if event["gate"]["kind"] == FORM => {
+            Some(format!("opened    {}  form {}", gate(&event["gate"]["id"]), quoted(&event["gate"]["prompt"]["body"])))
+        }
+        "GateOpened" if event["gate"]["kind"] == OPEN_URL => {
+            Some(format!("opened    {}  open_url {}", gate(&event["gate"]["id"]), quoted(&json!(site(&event["gate"])))))
+        }
         "GateOpened" => {
             Some(format!("opened    {}  {}", gate(&event["gate"]["id"]), quoted(&event["gate"]["prompt"]["body"])))
+        }
+        // A form's or an open-URL gate's answer: what became of it, and by whom.
+        "GateResolved" if matches!(event["action"].as_str(), Some(ACCEPT | DECLINE | CANCEL)) => {
+            let done = match event["action"].as_str() {
+                Some(ACCEPT) => "accepted ",
+                Some(DECLINE) => "declined ",
+                _ => "cancelled",
+            };
+            let by = match (event["reason"].as_str(), event["source"]["principal"].as_str()) {
+                (Some("policy_response"), _) => "by its timeout".to_owned(),
+                (_, Some(principal)) => format!("by {}", cell(principal)),
+                _ => "by a person".to_owned(),
+            };
+            Some(format!("{done} {}  ({by})", gate(&event["gate_id"])))
         }
         // A permission gate's decision is told by the PermissionDecided that follows.
         "GateResolved" if matches!(event["action"].as_str(), Some(APPROVE | APPROVE_ALWAYS | DENY)) => None,
@@ -271,6 +311,35 @@ mod tests {
         for line in [line, describe(&opened).unwrap(), describe(&denied).unwrap()] {
             assert!(!line.chars().any(char::is_control), "{line:?}");
         }
+    }
+
+    #[test]
+    fn form_and_open_url_rows_name_the_fields_and_the_site() {
+        let form = serde_json::json!({
+            "session_id": "a1b2c3d4-0000", "state": "open", "opened_at": "",
+            "gate": {"id": "3b0c9e12-0000", "kind": "harness.form",
+                     "prompt": {"title": "Deploy", "body": "Where\nto?",
+                                "schema": {"fields": [{"name": "env", "options": [{"value": "prod"}]},
+                                                      {"name": "tick\u{1b}et"}]}}},
+        });
+        let line = row(&form);
+        assert!(line.contains("  form        Where to?") && line.ends_with("fields: env, tick\\u{1b}et"), "{line}");
+        let open_url = serde_json::json!({
+            "session_id": "a1b2c3d4-0000", "state": "open", "opened_at": "",
+            "gate": {"id": "51d07a3f-0000", "kind": "harness.open_url",
+                     "prompt": {"body": "Sign in", "origin": "https://github.com"}},
+        });
+        let line = row(&open_url);
+        assert!(line.contains("  open_url    https://github.com: Sign in"), "{line}");
+        assert!(line.ends_with("--done, --decline, --cancel"), "{line}");
+        let opened = serde_json::json!({"type": "GateOpened", "gate": open_url["gate"]});
+        assert_eq!(describe(&opened).unwrap(), "opened    51d07a3f  open_url \"https://github.com: Sign in\"");
+        let accepted = serde_json::json!({"type": "GateResolved", "gate_id": "3b0c9e12", "reason": "answered",
+                                          "action": "accept", "source": {"principal": "alice"}});
+        assert_eq!(describe(&accepted).unwrap(), "accepted  3b0c9e12  (by alice)");
+        let timed_out = serde_json::json!({"type": "GateResolved", "gate_id": "3b0c9e12",
+                                           "reason": "policy_response", "action": "cancel"});
+        assert_eq!(describe(&timed_out).unwrap(), "cancelled 3b0c9e12  (by its timeout)");
     }
 
     #[test]

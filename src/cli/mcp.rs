@@ -4,6 +4,9 @@
 //!
 //! - `ask_user` opens a gate and returns the answer once a person gives it (or the default at
 //!   the deadline); a withdrawn gate, or no answer in time without a default, is a tool error.
+//! - `ask_form` opens a form gate (`harness.form`) with the agent's fields (gatehouse's, or a
+//!   JSON Schema) and returns the person's reply as structured content: `{"action", "values",
+//!   "principal", "timed_out"}`; declining or cancelling is a reply, not an error.
 //! - `approve_tool_call` opens a permission gate (`harness.permission`) for a tool call, and
 //!   returns the decision as structured content: `{"approved", "tool_input", "edited", "reason",
 //!   "principal", "timed_out"}` (its JSON as the text too).
@@ -36,10 +39,11 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::Digest;
 
-use super::asking::{self, Approval, Asked, Decision, Ending, Question};
+use super::asking::{self, ACCEPT, Approval, Asked, DECLINE, Decision, Ending, Form, FormReply, FormSchema, Question};
 use super::client::Api;
 use crate::config::McpArgs;
 
@@ -68,6 +72,107 @@ pub struct AskUser {
     /// The answer when nobody answers within `timeout_seconds`.
     #[serde(default)]
     pub default: Option<String>,
+}
+
+/// The arguments of `ask_form`.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskForm {
+    /// A short title for the form (default: "Input requested").
+    #[serde(default)]
+    pub title: Option<String>,
+    /// What you need from the person and why, in full: they read it above the fields.
+    pub message: String,
+    /// The fields, in the order shown (give these or `json_schema`, not both).
+    #[serde(default)]
+    pub fields: Option<Vec<FormField>>,
+    /// Instead of `fields`: a JSON Schema of an object (`type: object`, `properties`,
+    /// `required`), each property a field. Its properties may be shown in alphabetical order;
+    /// use `fields` when the order matters.
+    #[serde(default)]
+    pub json_schema: Option<Map<String, Value>>,
+    /// Cancel the form when nobody answers within this many seconds (the reply is then
+    /// `cancel` with `timed_out`).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+/// One field of a form, as gatehouse takes it.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FormField {
+    /// The field's key in the values (unique among its siblings).
+    pub name: String,
+    /// What the person sees (default: the name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// What the field takes: text, email, url, date (YYYY-MM-DD), date_time (RFC 3339), select
+    /// (one option's value), multi_select (an array of option values), confirm (a boolean),
+    /// number, integer, group (an object of its `fields`), list (an array of such objects).
+    pub kind: FieldKind,
+    /// Whether it must be filled in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+    /// The choices of a select or multi_select.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Vec<FieldOption>>,
+    /// Help text shown with the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The value filled in at first (it must itself be valid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+    /// The fewest characters a text, email or url takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_length: Option<u64>,
+    /// The most characters a text, email or url takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u64>,
+    /// The least a number or integer may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<serde_json::Number>,
+    /// The most a number or integer may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<serde_json::Number>,
+    /// The fewest items a multi_select, or rows a list, takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_items: Option<u64>,
+    /// The most items a multi_select, or rows a list, takes (at most 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<u64>,
+    /// The nested fields of a group or list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<FormField>>,
+    /// Anything else is passed on as it is, for the server to take or refuse: nothing asked
+    /// for is dropped.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldKind {
+    Text,
+    Email,
+    Url,
+    Date,
+    DateTime,
+    Select,
+    MultiSelect,
+    Confirm,
+    Number,
+    Integer,
+    Group,
+    List,
+}
+
+/// A choice of a select or multi_select.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FieldOption {
+    /// What the values hold when it is chosen.
+    pub value: String,
+    /// What the person sees (default: the value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// The arguments of `approve_tool_call`.
@@ -153,6 +258,43 @@ impl ToolCallDecision {
     }
 }
 
+/// What `ask_form` returns (as structured content, and its JSON as text).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct FormResult {
+    /// `accept` (the person submitted the form), `decline` (they refused to give what was asked)
+    /// or `cancel` (they dismissed it, or nobody answered in time).
+    pub action: FormAction,
+    /// The submitted values by field name (only with `accept`, else null).
+    pub values: Option<Map<String, Value>>,
+    /// Who answered, when the server knows.
+    pub principal: Option<String>,
+    /// Cancelled because nobody answered within `timeout_seconds`.
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FormAction {
+    Accept,
+    Decline,
+    Cancel,
+}
+
+impl FormResult {
+    fn of(reply: FormReply) -> Self {
+        let action = match reply.action.as_str() {
+            ACCEPT => FormAction::Accept,
+            DECLINE => FormAction::Decline,
+            _ => FormAction::Cancel,
+        };
+        let values = match reply.values {
+            Some(Value::Object(values)) if action == FormAction::Accept => Some(values),
+            _ => None,
+        };
+        Self { action, values, principal: reply.principal, timed_out: reply.by_policy }
+    }
+}
+
 /// The MCP server: one gatehouse session, one loop in it.
 #[derive(Clone)]
 pub struct Gatehouse {
@@ -218,6 +360,58 @@ impl Gatehouse {
         };
         Ok(match self.ask(identity, &question, &ctx).await {
             Ok(answer) => CallToolResult::success(vec![ContentBlock::text(answer)]),
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+        })
+    }
+
+    #[tool(
+        description = "Ask a person to fill in a form (through gatehouse) and wait for their reply. Use it when you \
+                       need several pieces of structured input at once (a deploy target and a ticket number, a \
+                       date, a confirmation) instead of several ask_user calls. Give a `message` (what you need \
+                       and why) and either `fields` or `json_schema`. Field kinds: text, email, url, date \
+                       (YYYY-MM-DD), date_time (RFC 3339), select and multi_select (with `options`), confirm \
+                       (boolean), number, integer, group and list (with nested `fields`); `required`, `default` \
+                       and bounds as in the schema. A json_schema is an object schema whose properties use type \
+                       string (with enum, or format email, uri, date, date-time), number, integer, boolean, \
+                       array (of enum strings, or of objects) or object; any other keyword is refused. Returns \
+                       {action, values, principal, timed_out}: action \"accept\" with the values by field name; \
+                       \"decline\" when the person refuses (do not ask again for the same thing); \"cancel\" when \
+                       they dismiss it, or nobody answers within timeout_seconds (timed_out true). A form the \
+                       server refuses is a tool error naming each bad field by its JSON Pointer. Retrying the \
+                       same call finds the same form.",
+        output_schema = schema_for_output::<FormResult>()
+    )]
+    async fn ask_form(
+        &self,
+        Parameters(args): Parameters<AskForm>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let identity = json!({"tool": "ask_form", "arguments": {
+            "title": args.title, "message": args.message, "fields": args.fields, "json_schema": args.json_schema,
+            "timeout_seconds": args.timeout_seconds,
+        }});
+        let schema = match (args.fields, args.json_schema) {
+            (Some(fields), None) => FormSchema::Harness(json!({"fields": fields})),
+            (None, Some(schema)) => match serde_json::value::to_raw_value(&schema) {
+                Ok(raw) => FormSchema::JsonSchema(raw),
+                Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e.to_string())])),
+            },
+            _ => {
+                let message = "give the form's fields either as `fields` or as `json_schema`, one of the two";
+                return Ok(CallToolResult::error(vec![ContentBlock::text(message)]));
+            }
+        };
+        let form = Form {
+            title: args.title,
+            body: args.message,
+            schema,
+            timeout: args.timeout_seconds.map(Duration::from_secs),
+        };
+        Ok(match self.fill(identity, &form, &ctx).await {
+            Ok(reply) => {
+                let result = FormResult::of(reply);
+                CallToolResult::structured(serde_json::to_value(result).expect("plain data serialises"))
+            }
             Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
         })
     }
@@ -298,9 +492,10 @@ impl ServerHandler for Gatehouse {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Use ask_user when you need a decision or information only a person has; use approve_tool_call \
-                 before a tool call that needs a person's permission (permission_prompt is the same for Claude \
-                 Code's --permission-prompt-tool). They wait until the person answers.",
+                "Use ask_user when you need a decision or information only a person has, and ask_form when you \
+                 need several structured values from them at once; use approve_tool_call before a tool call that \
+                 needs a person's permission (permission_prompt is the same for Claude Code's \
+                 --permission-prompt-tool). They wait until the person answers.",
             )
     }
 }
@@ -310,21 +505,26 @@ impl ServerHandler for Gatehouse {
 enum Asking<'a> {
     Question(&'a Question),
     Approval(&'a Approval),
+    Form(&'a Form),
 }
 
 impl Asking<'_> {
-    fn body(self, loop_id: &str, tool: &str) -> Result<Value, String> {
-        match self {
-            Self::Question(question) => question.body(loop_id, tool),
-            Self::Approval(approval) => approval.body(loop_id, tool),
-        }
+    /// The open body, as JSON text (a form's JSON Schema is sent as its text).
+    fn body(self, loop_id: &str, tool: &str) -> Result<Box<RawValue>, String> {
+        let body = match self {
+            Self::Question(question) => question.body(loop_id, tool)?,
+            Self::Approval(approval) => approval.body(loop_id, tool)?,
+            Self::Form(form) => return form.body(Some((loop_id, tool))),
+        };
+        serde_json::value::to_raw_value(&body).map_err(|e| e.to_string())
     }
 
-    /// When the call stops waiting by itself (a permission gate is always decided by the server).
+    /// When the call stops waiting by itself (a permission gate is always decided by the server,
+    /// and a form with a timeout is cancelled by it).
     fn deadline(self) -> Option<tokio::time::Instant> {
         match self {
             Self::Question(question) => question.deadline(),
-            Self::Approval(_) => None,
+            Self::Approval(_) | Self::Form(_) => None,
         }
     }
 
@@ -336,6 +536,10 @@ impl Asking<'_> {
             }
             Self::Approval(_) => format!(
                 "waiting for a person to decide gate {gate} (decide with: gatehouse answer {gate} approve|deny)"
+            ),
+            Self::Form(_) => format!(
+                "waiting for a person to fill in form gate {gate} (answer with: gatehouse answer {gate} --values \
+                 JSON | --decline | --cancel)"
             ),
         }
     }
@@ -390,6 +594,23 @@ impl Gatehouse {
         }
     }
 
+    /// Asks a person to fill in `form` as the call `identity` and waits: `Ok(reply)` (declined
+    /// and cancelled too), or a tool error's text.
+    async fn fill(&self, identity: Value, form: &Form, ctx: &RequestContext<RoleServer>) -> Result<FormReply, String> {
+        let (asked, ending) = self.ask_and_wait(identity, call_id(ctx), Asking::Form(form), ctx).await?;
+        match ending {
+            Ending::Answered(view) => FormReply::of(&view)
+                .ok_or_else(|| format!("gate {} was resolved without an answer to the form", asked.gate)),
+            Ending::Withdrawn(view) => Err(format!(
+                "the form was withdrawn ({}) before anyone answered it (gate {})",
+                view["resolution"]["reason"].as_str().unwrap_or("closed"),
+                asked.gate
+            )),
+            Ending::TimedOut => Err(format!("nobody answered in time (gate {})", asked.gate)),
+            Ending::Refused(message) => Err(format!("gatehouse stopped showing gate {}: {message}", asked.gate)),
+        }
+    }
+
     /// Finds or opens the call's gate and waits for its ending; an answered gate's command is
     /// acknowledged (its answer is taken).
     async fn ask_and_wait(
@@ -428,7 +649,7 @@ impl Gatehouse {
             let asked = Asked {
                 api: self.api.clone(),
                 session: self.session.clone(),
-                loop_id: self.loop_id.clone(),
+                loop_id: Some(self.loop_id.clone()),
                 gate: view["gate"]["id"].as_str().unwrap_or_default().to_owned(),
                 who: "mcp",
             };
@@ -578,5 +799,31 @@ mod tests {
             json!({"approved": true, "tool_input": {"command": "ls"}, "edited": false, "reason": null,
                    "principal": null, "timed_out": false})
         );
+    }
+
+    #[test]
+    fn form_replies_carry_values_only_when_accepted() {
+        let reply = |action: &str, by_policy: bool| FormReply {
+            action: action.into(),
+            values: Some(json!({"env": "prod"})),
+            principal: Some("alice".into()),
+            by_policy,
+        };
+        assert_eq!(
+            serde_json::to_value(FormResult::of(reply("accept", false))).unwrap(),
+            json!({"action": "accept", "values": {"env": "prod"}, "principal": "alice", "timed_out": false})
+        );
+        let timed_out = FormResult::of(reply("cancel", true));
+        assert_eq!((timed_out.action, timed_out.values, timed_out.timed_out), (FormAction::Cancel, None, true));
+        assert_eq!(FormResult::of(reply("decline", false)).action, FormAction::Decline);
+    }
+
+    #[test]
+    fn form_fields_pass_on_every_member_given() {
+        let given = json!({"name": "rows", "kind": "list", "required": true, "max_items": 3, "placeholder": "x",
+                           "fields": [{"name": "qty", "kind": "integer", "minimum": 1, "maximum": 2.5}]});
+        let field: FormField = serde_json::from_value(given.clone()).unwrap();
+        assert_eq!(serde_json::to_value(field).unwrap(), given, "nothing dropped, numbers as given");
+        assert!(serde_json::from_value::<FormField>(json!({"name": "x", "kind": "string"})).is_err());
     }
 }

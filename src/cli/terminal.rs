@@ -36,6 +36,11 @@ pub fn escape(text: &str, lines: Lines) -> Cow<'_, str> {
     Cow::Owned(shown)
 }
 
+/// Text from the server or the command line, escaped for one line of the terminal.
+pub fn quote(text: &str) -> String {
+    escape(text, Lines::Escape).into_owned()
+}
+
 /// Serialized JSON with the same characters written as JSON `\uXXXX` escapes: the same value for
 /// a JSON reader, nothing for a terminal to act on. (A serializer already escapes C0 controls
 /// inside strings; the rest can only occur inside strings, so escaping them keeps the JSON valid.)

@@ -1,5 +1,5 @@
-//! The command line: the subcommands, the flags of the clients (`ask`, `approve`, `answer`,
-//! `gates`, `tail`, `mcp`) and of `bench`, and the parsers they share. `gatehouse serve`'s flags are in `serve`, one
+//! The command line: the subcommands, the flags of the clients (`ask`, `approve`, `form`,
+//! `answer`, `gates`, `tail`, `mcp`) and of `bench`, and the parsers they share. `gatehouse serve`'s flags are in `serve`, one
 //! group per part of the server; every flag has a `GATEHOUSE_*` environment fallback.
 
 use std::fmt;
@@ -75,19 +75,52 @@ Examples:
   if input=$(gatehouse approve Bash --input '{\"command\":\"make clean\"}'); then echo \"run $input\"; fi"
     ))]
     Approve(ApproveArgs),
+    /// Ask a person to fill in a form and print the values as JSON (blocks until answered).
+    #[command(after_help = client_help!(
+        "Opens a form gate (kind harness.form) with --body as its message and the fields of --field
+(repeat it) or of --schema, and waits for a person to submit, decline or cancel it. Prints the
+values alone on stdout, as one line of compact JSON keyed by field name; on stderr, the gate id
+and how to answer it.
+
+--field NAME[!]:KIND[:OPTIONS] is one field: NAME is its key in the values (and its label), a
+trailing ! makes it required, KIND is one of text, email, url, date, date_time, select,
+multi_select, confirm, number, integer; select and multi_select take their options after a
+second colon, separated by commas. Quote each --field in single quotes: an interactive shell
+reads ! as history. Labels, help texts, defaults, bounds, groups and lists: use --schema FILE,
+a JSON file holding either gatehouse's {\"fields\": [...]} or a JSON Schema of an object
+(type, properties, required, ...): a top-level \"fields\" array means the former.
+
+Exit codes: 0 submitted; 2 declined or cancelled by a person, or withdrawn (stderr says which);
+3 nobody answered in time (at --timeout the server cancels the form by policy); 1 error (the
+server's objections to the form, field by field, on stderr); 130, 143 and 129 after SIGINT,
+SIGTERM and SIGHUP (each withdraws the gate first). Each run opens a new gate.
+
+Examples:
+  gatehouse form --body 'Where to deploy?' --field 'env!:select:prod,staging' --field 'ticket:text'
+  gatehouse form --title 'Release' --body 'Confirm the release' --field 'ok!:confirm' --timeout 10m
+  gatehouse form --body 'Deploy details' --schema deploy.schema.json
+  values=$(gatehouse form --body 'Which?' --field 'env!:select:prod,staging') && jq -r .env <<<\"$values\""
+    ))]
+    Form(FormArgs),
     /// Answer an open gate, named by its id or a unique prefix of it (8 characters or more).
     #[command(after_help = client_help!(
         "A question's gate takes the answer's text. A permission gate (`gatehouse approve`, an agent's
 tool call) takes approve, deny, or approve-always when the gate offers it; --input approves an
 edited input (editable gates only; it must fit the gate's schema), --reason tells the agent why
-it was denied.
+it was denied. A form (`gatehouse form`) takes --values, a JSON object of its fields' values
+(checked against them: each mismatch is printed as `path: message` and the gate stays open),
+--decline or --cancel. An open-URL gate takes --done once the page's task is done, --decline or
+--cancel.
 
 Examples:
   gatehouse answer 9d3e4f50-6a7b-4c8d-9e0f-1a2b3c4d5e6f yes
   gatehouse answer 9d3e4f50 yes        # the short id `gatehouse gates` shows
   gatehouse answer 7572f04a approve
   gatehouse answer 7572f04a approve --input '{\"command\":\"git push origin feature\"}'
-  gatehouse answer 7572f04a deny --reason 'not on main'"
+  gatehouse answer 7572f04a deny --reason 'not on main'
+  gatehouse answer 3b0c9e12 --values '{\"env\":\"prod\",\"ticket\":\"OPS-42\"}'
+  gatehouse answer 3b0c9e12 --decline
+  gatehouse answer 51d07a3f --done"
     ))]
     Answer(AnswerArgs),
     /// List gates as a table (open ones unless --all).
@@ -100,8 +133,9 @@ Examples:
         "Examples:\n  gatehouse tail\n  gatehouse tail --after 41 | jq .event.type"
     ))]
     Tail(TailArgs),
-    /// Serve the Model Context Protocol over stdio: tools `ask_user`, `approve_tool_call` and
-    /// `permission_prompt` for an MCP client's agent, answered through this gatehouse server.
+    /// Serve the Model Context Protocol over stdio: tools `ask_user`, `ask_form`,
+    /// `approve_tool_call` and `permission_prompt` for an MCP client's agent, answered through
+    /// this gatehouse server.
     #[command(after_help = client_help!(
         "Register it with an MCP client, for example (the client starts it and speaks on its stdio):
   {\"mcpServers\": {\"gatehouse\": {\"command\": \"gatehouse\", \"args\": [\"mcp\", \"--session\", \"<uuid>\"],
@@ -221,6 +255,33 @@ pub struct ApproveArgs {
     pub client: ClientArgs,
 }
 
+/// Flags of `gatehouse form`.
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("form_fields").required(true).args(["fields", "schema"]))]
+pub struct FormArgs {
+    /// The message the person reads above the fields: what is needed, and why.
+    #[arg(long, value_name = "TEXT")]
+    pub body: String,
+    /// The form's title (default: the server's, "Input requested").
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// A field, as NAME[!]:KIND[:OPTIONS] (repeat for more, in order; ! makes it required),
+    /// e.g. 'env!:select:prod,staging', 'ticket:text', 'ok:confirm'.
+    #[arg(long = "field", value_name = "SPEC", value_parser = parse_field)]
+    pub fields: Vec<Value>,
+    /// A file with the form: gatehouse's {"fields": [...]}, or a JSON Schema of an object.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// Cancel the form if nobody answers within this long (e.g. 90s, 10m), and exit 3.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The session the form opens in (default: a fresh one).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
 /// Flags of `gatehouse mcp`.
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
@@ -237,14 +298,28 @@ pub struct McpArgs {
 pub struct AnswerArgs {
     /// The gate to answer: its id, or a unique prefix of it (8 characters or more).
     pub gate_id: String,
-    /// The answer; for a permission gate: approve, deny, or approve-always when it offers that.
-    pub answer: String,
+    /// The answer; for a permission gate: approve, deny, or approve-always when it offers that
+    /// (forms and open-URL gates take the flags below instead).
+    #[arg(conflicts_with = "reply")]
+    pub answer: Option<String>,
     /// Deny with this reason, which the agent is told (permission gates).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", conflicts_with = "reply")]
     pub reason: Option<String>,
     /// Approve this input in place of the one asked for: a JSON object (editable permission gates).
-    #[arg(long, value_name = "JSON", value_parser = parse_json_object)]
+    #[arg(long, value_name = "JSON", value_parser = parse_json_object, conflicts_with = "reply")]
     pub input: Option<Value>,
+    /// Submit a form with these values: a JSON object keyed by field name (forms).
+    #[arg(long, value_name = "JSON", value_parser = parse_json_object, group = "reply")]
+    pub values: Option<Value>,
+    /// Decline: the person will not give what is asked (forms and open-URL gates).
+    #[arg(long, group = "reply")]
+    pub decline: bool,
+    /// Cancel: dismiss the request without an answer (forms and open-URL gates).
+    #[arg(long, group = "reply")]
+    pub cancel: bool,
+    /// Done: the task the page asked for is done (open-URL gates).
+    #[arg(long, group = "reply")]
+    pub done: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -339,6 +414,50 @@ pub fn parse_json_object(raw: &str) -> Result<Value, String> {
     }
 }
 
+/// The kinds of field a `--field` may have (groups and lists need `--schema`).
+const FIELD_KINDS: [&str; 10] =
+    ["text", "email", "url", "date", "date_time", "select", "multi_select", "confirm", "number", "integer"];
+
+/// One form field, `NAME[!]:KIND[:OPTIONS]`, as the API's field object: `ticket:text`,
+/// `env!:select:prod,staging` (required, with two options).
+pub fn parse_field(raw: &str) -> Result<Value, String> {
+    let mut parts = raw.splitn(3, ':');
+    let (name, kind, options) = (parts.next().unwrap_or(""), parts.next(), parts.next());
+    let Some(kind) = kind else {
+        return Err("give NAME:KIND, like ticket:text or 'env!:select:prod,staging'".to_owned());
+    };
+    let (name, required) = match name.strip_suffix('!') {
+        Some(name) => (name, true),
+        None => (name, false),
+    };
+    if name.is_empty() {
+        return Err("the field has no name: give NAME:KIND, like ticket:text".to_owned());
+    }
+    let kind = kind.replace('-', "_");
+    if !FIELD_KINDS.contains(&kind.as_str()) {
+        let hint = if matches!(kind.as_str(), "group" | "list") { " (groups and lists: use --schema)" } else { "" };
+        return Err(format!("unknown kind {kind:?}{hint}; the kinds are {}", FIELD_KINDS.join(", ")));
+    }
+    let mut field = serde_json::json!({"name": name, "kind": kind});
+    if required {
+        field["required"] = Value::Bool(true);
+    }
+    let choosing = matches!(kind.as_str(), "select" | "multi_select");
+    match options {
+        Some(options) if choosing => {
+            let values: Vec<&str> = options.split(',').collect();
+            if values.iter().any(|v| v.is_empty()) {
+                return Err(format!("an empty option in {options:?}: separate the options with single commas"));
+            }
+            field["options"] = values.iter().map(|v| serde_json::json!({"value": v, "label": v})).collect();
+        }
+        None if choosing => return Err(format!("a {kind} needs its options: {name}:{kind}:A,B")),
+        Some(_) => return Err(format!("only select and multi_select take options, not {kind}")),
+        None => {}
+    }
+    Ok(field)
+}
+
 /// `<int>(ms|s|m|h|d)`, combinable (`1m30s`); a bare integer is seconds.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     let raw = raw.trim();
@@ -395,6 +514,38 @@ mod tests {
         assert_eq!(parse_json_object(r#"{"command": "ls"}"#), Ok(serde_json::json!({"command": "ls"})));
         for bad in ["", "[1]", "\"ls\"", "null", "{\"a\":", "ls"] {
             assert!(parse_json_object(bad).unwrap_err().contains("JSON object"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fields() {
+        use serde_json::json;
+        assert_eq!(parse_field("ticket:text"), Ok(json!({"name": "ticket", "kind": "text"})));
+        assert_eq!(
+            parse_field("env!:select:prod,staging"),
+            Ok(json!({"name": "env", "kind": "select", "required": true,
+                      "options": [{"value": "prod", "label": "prod"}, {"value": "staging", "label": "staging"}]}))
+        );
+        assert_eq!(parse_field("when:date-time"), Ok(json!({"name": "when", "kind": "date_time"})));
+        assert_eq!(
+            parse_field("link:multi_select:https://a.example,b"),
+            Ok(json!({"name": "link", "kind": "multi_select",
+                      "options": [{"value": "https://a.example", "label": "https://a.example"},
+                                  {"value": "b", "label": "b"}]})),
+            "an option may hold colons"
+        );
+        for (bad, why) in [
+            ("ticket", "NAME:KIND"),
+            ("!:text", "no name"),
+            (":text", "no name"),
+            ("x:string", "the kinds are"),
+            ("rows:list", "--schema"),
+            ("env:select", "needs its options"),
+            ("env:select:a,,b", "empty option"),
+            ("ok:confirm:yes", "only select"),
+        ] {
+            let message = parse_field(bad).unwrap_err();
+            assert!(message.contains(why), "{bad:?}: {message}");
         }
     }
 
