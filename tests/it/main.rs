@@ -6,6 +6,7 @@ mod auth;
 mod barrier;
 mod batch;
 mod cli;
+mod cli_form;
 mod cli_permission;
 mod conformance;
 mod contract;

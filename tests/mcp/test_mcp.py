@@ -2,7 +2,7 @@
 server: the tools it lists, `ask_user` answered over HTTP while it waits (with progress), a
 retried call that finds its gate again, a cancelled call that withdraws its gate, defaults and
 timeouts, `approve_tool_call` and `permission_prompt` on real permission gates (approved, edited,
-denied), and clear errors when the server is not there or refuses the token. The server fixtures come from the Python client's tests."""
+denied), `ask_form` on a real form gate (submitted, declined, timed out), and clear errors when the server is not there or refuses the token. The server fixtures come from the Python client's tests."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_ask_user_waits_for_the_answer_with_progress_and_a_retry_finds_the_same_
     async def main() -> None:
         async with mcp_session(server.url, session) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            assert set(tools) == {"ask_user", "approve_tool_call", "permission_prompt"}
+            assert set(tools) == {"ask_user", "ask_form", "approve_tool_call", "permission_prompt"}
             assert "question" in tools["ask_user"].input_schema["properties"]
             assert set(tools["permission_prompt"].input_schema["properties"]) == {"tool_name", "input", "tool_use_id"}
             assert set(tools["approve_tool_call"].output_schema["properties"]) >= {
@@ -303,6 +303,52 @@ def test_approve_tool_call_opens_a_permission_gate_and_returns_the_decision_as_s
                 STEP,
             )
             assert (timed.structured_content["approved"], timed.structured_content["timed_out"]) == (False, True)
+
+    run(main())
+
+
+def test_ask_form_returns_the_persons_values_as_structured_content(server: Server) -> None:
+    session = str(uuid.uuid4())
+    fields = [
+        {"name": "env", "kind": "select", "required": True,
+         "options": [{"value": "prod", "label": "Production"}, {"value": "staging"}]},
+        {"name": "replicas", "kind": "integer", "minimum": 1, "maximum": 5},
+    ]
+
+    async def main() -> None:
+        async with mcp_session(server.url, session) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert {"message", "fields", "json_schema"} <= set(tools["ask_form"].input_schema["properties"])
+            call = asyncio.ensure_future(
+                client.call_tool("ask_form", {"title": "Deploy", "message": "Where to?", "fields": fields})
+            )
+            (gate,) = await open_gates(server.url, session)
+            assert (gate["gate"]["kind"], gate["gate"]["prompt"]["body"]) == ("harness.form", "Where to?")
+            # Values that break the form are refused, and the form waits on.
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                path = f"/v1/sessions/{session}/gates/{gate['gate']['id']}"
+                bad = await http.post(path, json={"action": "accept", "values": {"env": "dev"}})
+                assert bad.status_code == 400 and bad.json()["error"]["code"] == "gate_values_invalid", bad.text
+                assert bad.json()["error"]["fields"][0]["path"] == "/values/env"
+            await decide(server.url, gate, "accept", {"env": "prod", "replicas": 2})
+            result = await asyncio.wait_for(call, STEP)
+            assert not result.is_error, text_of(result)
+            assert result.structured_content == {
+                "action": "accept", "values": {"env": "prod", "replicas": 2}, "principal": None, "timed_out": False,
+            }
+            assert json.loads(text_of(result)) == result.structured_content, "the same as text"
+
+            call = asyncio.ensure_future(client.call_tool("ask_form", {"message": "Again?", "fields": fields}))
+            (gate,) = await open_gates(server.url, session)
+            await decide(server.url, gate, "decline")
+            declined = (await asyncio.wait_for(call, STEP)).structured_content
+            assert (declined["action"], declined["values"]) == ("decline", None)
+
+            schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+            timed = await asyncio.wait_for(
+                client.call_tool("ask_form", {"message": "Quick?", "json_schema": schema, "timeout_seconds": 1}), STEP
+            )
+            assert (timed.structured_content["action"], timed.structured_content["timed_out"]) == ("cancel", True)
 
     run(main())
 
