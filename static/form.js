@@ -629,11 +629,11 @@ export function valuesView(fields, values, path = '') {
   return h(
     'dl',
     { class: 'form-values', 'data-testid': path ? null : 'values' },
-    shown.map((field) => {
+    shown.flatMap((field) => {
       const at = `${path}/${pointerToken(field.name)}`;
       return [h('dt', {}, labelOf(field)), h('dd', { 'data-path': at }, valueView(field, values[field.name], at))];
     }),
-    others.map((name) => [h('dt', {}, name), h('dd', { 'data-path': `${path}/${pointerToken(name)}` }, JSON.stringify(values[name]))]),
+    others.flatMap((name) => [h('dt', {}, name), h('dd', { 'data-path': `${path}/${pointerToken(name)}` }, JSON.stringify(values[name]))]),
   );
 }
 

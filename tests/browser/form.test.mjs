@@ -74,7 +74,7 @@ const DEPLOY_FIELDS = [
     max_items: 2,
     default: ['eu'],
     options: [
-      { value: 'eu', label: 'Europe' },
+      { value: 'eu', label: 'EMEA' },
       { value: 'us', label: 'Americas' },
       { value: 'ap', label: 'Asia Pacific' },
     ],
@@ -310,7 +310,7 @@ test('a form gate shows every field kind as its native control, labelled, with h
     ['CPU cores', 'number'],
     ['Memory (MiB)', 'number'],
     ['Tell the team', 'checkbox'],
-    ['Europe', 'checkbox'],
+    ['EMEA', 'checkbox'],
   ];
   for (const [label, type] of types) assert.equal(await card.getByLabel(label).getAttribute('type'), type, label);
   assert.equal(await card.getByLabel('Environment').evaluate((element) => element.localName), 'select');
@@ -334,7 +334,7 @@ test('a form gate shows every field kind as its native control, labelled, with h
   assert.equal(await control(card, 'start').inputValue(), '2026-12-03T11:00');
   assert.equal(await control(card, 'environment').inputValue(), 'staging');
   assert.deepEqual(await control(card, 'environment').locator('option').allTextContents(), ['Staging', 'Production']);
-  assert.equal(await card.getByLabel('Europe').isChecked(), true);
+  assert.equal(await card.getByLabel('EMEA').isChecked(), true);
   assert.equal(await card.getByLabel('Americas').isChecked(), false);
   assert.equal(await card.getByLabel('Tell the team').isChecked(), true);
   assert.equal(await control(card, 'replicas').inputValue(), '2');
@@ -440,7 +440,7 @@ test('a form is checked before it is sent, shows the server’s problem at its p
   // The resolved entry shows the values as the form asked for them.
   const value = (at) => item.locator(`[data-testid="values"] dd[data-path="${at}"]`);
   await waitForText(value('/environment'), 'Production');
-  assert.equal(await value('/regions').textContent(), 'Europe, Americas');
+  assert.equal(await value('/regions').textContent(), 'EMEA, Americas');
   assert.equal(await value('/notify').textContent(), 'Yes');
   assert.equal(await value('/start').textContent(), '2026-12-04T08:30:00Z');
   assert.equal(await value('/limits/memory').textContent(), '512');
