@@ -11,13 +11,14 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::asking::{ACCEPT, CANCEL, DECLINE, Decision, FORM, FormReply, OPEN_URL, field_names};
+use super::asking::{Decision, FormReply, field_names};
 use super::client::{Api, Reply};
 use super::server_backoff;
 use super::terminal::quote;
 use crate::config::AnswerArgs;
 use crate::domain::GateId;
-use crate::domain::gate::{ASK_USER, PERMISSION};
+use crate::domain::form::{ACCEPT, CANCEL, DECLINE};
+use crate::domain::gate::{ASK_USER, FORM, OPEN_URL, PERMISSION};
 use crate::domain::tool_call::{APPROVE, APPROVE_ALWAYS, DENY};
 
 const TOO_LATE: u8 = 2;

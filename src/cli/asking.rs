@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use super::client::{Api, ClientError, Reply};
 use super::server_backoff;
-use crate::domain::gate::PERMISSION;
+use crate::domain::form::{ACCEPT, ACTIONS, CANCEL, DECLINE};
+use crate::domain::gate::{FORM, PERMISSION};
 use crate::domain::tool_call::DENY;
 
 /// Where a question ended.
@@ -175,15 +176,6 @@ impl Decision {
     }
 }
 
-/// The gate kind of a form (`gatehouse form`, the MCP tool `ask_form`).
-pub const FORM: &str = "harness.form";
-/// The gate kind that asks a person to do something at a URL and say when it is done.
-pub const OPEN_URL: &str = "harness.open_url";
-/// The answers a form or an open-URL gate takes.
-pub const ACCEPT: &str = "accept";
-pub const DECLINE: &str = "decline";
-pub const CANCEL: &str = "cancel";
-
 /// What a form asks: a message and the fields a person fills in.
 #[derive(Debug, Clone)]
 pub struct Form {
@@ -284,7 +276,7 @@ impl FormReply {
     /// The reply of a resolved form or open-URL gate's view; `None` for any other view.
     pub fn of(view: &Value) -> Option<Self> {
         let decision = &view["decision"];
-        let action = decision["action"].as_str().filter(|a| [ACCEPT, DECLINE, CANCEL].contains(a))?;
+        let action = decision["action"].as_str().filter(|a| ACTIONS.contains(a))?;
         Some(Self {
             action: action.to_owned(),
             values: decision.get("values").filter(|values| values.is_object()).cloned(),

@@ -11,11 +11,12 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::asking::{ACCEPT, Ending, Form, FormReply, FormSchema, field_names};
+use super::asking::{Ending, Form, FormReply, FormSchema, field_names};
 use super::blocking::{self, Owner, StopSignals};
 use super::say_json;
 use super::terminal::quote;
 use crate::config::FormArgs;
+use crate::domain::form::ACCEPT;
 
 const NOT_GIVEN: u8 = 2;
 const TIMED_OUT: u8 = 3;

@@ -9,14 +9,15 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
-use super::asking::{ACCEPT, CANCEL, DECLINE, FORM, OPEN_URL, field_names};
+use super::asking::field_names;
 use super::client::Api;
 use super::sse::Reader;
 use super::terminal::{Lines, escape};
 use super::{say, server_backoff, short};
 use crate::config::GatesArgs;
 use crate::domain::Timestamp;
-use crate::domain::gate::{ASK_USER, PERMISSION};
+use crate::domain::form::{ACCEPT, CANCEL, DECLINE};
+use crate::domain::gate::{ASK_USER, FORM, OPEN_URL, PERMISSION};
 use crate::domain::tool_call::{APPROVE, APPROVE_ALWAYS, DENY};
 
 /// The width of the question (or tool call) column.

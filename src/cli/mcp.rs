@@ -43,9 +43,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::Digest;
 
-use super::asking::{self, ACCEPT, Approval, Asked, DECLINE, Decision, Ending, Form, FormReply, FormSchema, Question};
+use super::asking::{self, Approval, Asked, Decision, Ending, Form, FormReply, FormSchema, Question};
 use super::client::Api;
 use crate::config::McpArgs;
+use crate::domain::form::{ACCEPT, DECLINE};
 
 /// How often a waiting call reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
