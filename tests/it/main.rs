@@ -13,6 +13,7 @@ mod database;
 mod durability;
 mod exhaustion;
 mod faults;
+mod forms;
 mod gates;
 mod helpers;
 mod hostile;
