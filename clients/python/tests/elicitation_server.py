@@ -6,6 +6,7 @@ each returns, as JSON text, what the client answered as the server received it.
 - ``deploy_resolved``: the same form through ``Resolve(Elicit)``, which protocol 2026-07-28
   carries in an ``input_required`` result.
 - ``sign_in``: ``ctx.elicit_url``, URL mode.
+- ``sign_in_rounds``: URL mode in a hand-made ``input_required`` result (2026-07-28).
 - ``impatient``: ``ctx.elicit`` given up after ``seconds`` (the SDK cancels its request).
 - ``strict``: a raw schema with ``pattern``, which gatehouse cannot enforce and so refuses.
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Annotated, List, Literal, Optional
+from typing import Annotated, List, Literal, Optional, Union
 
 import anyio
 from pydantic import BaseModel, Field
 
 from mcp.server.mcpserver import Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.shared.exceptions import MCPError
+from mcp.types import ElicitRequest, ElicitRequestURLParams, InputRequiredResult
 
 
 class Deployment(BaseModel):
@@ -45,6 +47,7 @@ class Deployment(BaseModel):
 
 
 MESSAGE = "The deploy needs its details."
+SIGN_IN = "https://registry.example.com/device?code=WXYZ-1234"
 
 server = MCPServer("elicitation-test")
 
@@ -70,10 +73,17 @@ async def deploy_resolved(deployment: Annotated[ElicitationResult[Deployment], R
 
 @server.tool()
 async def sign_in(ctx: Context) -> str:
-    result = await ctx.elicit_url(
-        "Sign in to the registry.", "https://registry.example.com/device?code=WXYZ-1234", "sign-in-1"
-    )
+    result = await ctx.elicit_url("Sign in to the registry.", SIGN_IN, "sign-in-1")
     return json.dumps({"action": result.action})
+
+
+@server.tool()
+async def sign_in_rounds(ctx: Context) -> Union[str, InputRequiredResult]:
+    answers = ctx.input_responses or {}
+    if "sign-in" not in answers:
+        params = ElicitRequestURLParams(message="Sign in to the registry.", url=SIGN_IN)
+        return InputRequiredResult(input_requests={"sign-in": ElicitRequest(params=params)}, request_state="asked")
+    return json.dumps({"action": answers["sign-in"].action, "state": ctx.request_state})
 
 
 @server.tool()

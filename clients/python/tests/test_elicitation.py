@@ -2,9 +2,9 @@
 (elicitation_server.py, over stdio) elicits from a client whose ``elicitation_callback`` is
 ``gatehouse.mcp_elicitation``'s, against the real gatehouse binary; a person answers the gate over
 gatehouse's HTTP API. Form mode with every primitive kind, accepted (the server gets exactly the
-values the person sent), declined, and timed out into cancel; the same form carried by a
-2026-07-28 ``input_required`` result; URL mode, whose URL only the answer side reads; a request the
-server gives up on, whose gate is withdrawn; and a schema gatehouse refuses."""
+values the person sent), declined, and timed out into cancel; URL mode, whose URL only the answer
+side reads; both carried by 2026-07-28 ``input_required`` results too; a request the server gives
+up on, whose gate is withdrawn; and a schema gatehouse refuses."""
 
 from __future__ import annotations
 
@@ -180,6 +180,20 @@ def test_a_form_in_an_input_required_result_of_2026_07_28(server: Server) -> Non
                 check_form_gate(gate)
                 await respond(server.url, gate, {"action": "accept", "values": VALUES})
                 assert received(await asyncio.wait_for(call, STEP)) == {"action": "accept", "data": VALUES}
+
+    asyncio.run(run())
+
+
+def test_url_mode_in_an_input_required_result_of_2026_07_28(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncClient(server.url) as gatehouse:
+            callback = elicitation_callback(gatehouse)
+            async with mcp.Client(SERVER, mode="2026-07-28", elicitation_callback=callback) as client:
+                call = asyncio.create_task(client.call_tool("sign_in_rounds", {}))
+                gate = await open_gate(server.url, "harness.open_url")
+                assert gate["gate"]["prompt"]["origin"] == "https://registry.example.com"
+                await respond(server.url, gate, {"action": "decline"})
+                assert received(await asyncio.wait_for(call, STEP)) == {"action": "decline", "state": "asked"}
 
     asyncio.run(run())
 
