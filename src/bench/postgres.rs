@@ -180,7 +180,7 @@ async fn open_gates(store: &Store, count: usize) -> Result<Vec<Answering>, Bench
                     .validate(OpenRules::default())
                     .map_err(|e| BenchError(format!("a bench question was refused: {e:?}")))?;
                 match store.open_gate(session, ask, 1000).await? {
-                    OpenOutcome::Created(view) => Ok(GateRecord { view, idempotency: None }.answering()?),
+                    OpenOutcome::Created(view) => Ok(GateRecord { view, idempotency: None, secret: None }.answering()?),
                     other => Err(BenchError(format!("opening a bench gate: {other:?}"))),
                 }
             }

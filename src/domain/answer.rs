@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::fields::{FieldCode, FieldError, check_length, pointer_token};
-use super::gate::{ANSWER, Gate};
+use super::form::{ACCEPT, check_values};
+use super::gate::{ANSWER, ASK_USER, FORM, Gate, PERMISSION};
 use super::ids::GateId;
 use super::tool_call::Decision;
 
@@ -59,6 +60,10 @@ pub enum Reply {
     Text(String),
     /// A decision on a permission gate's tool call.
     Decision(Decision),
+    /// An accepted form's values, checked against its fields.
+    Values(Map<String, Value>),
+    /// The action alone: a form declined or cancelled, any answer of an open-URL gate.
+    Action,
 }
 
 impl Answer {
@@ -74,9 +79,16 @@ impl Answer {
         }
         let empty = Map::new();
         let values = values.unwrap_or(&empty);
-        let reply = match &gate.tool_call {
-            Some(call) => Reply::Decision(call.decide(action, values).map_err(AnswerRejection::Values)?),
-            None => Reply::Text(text_answer(gate, values)?),
+        let reply = match (gate.kind.as_str(), &gate.tool_call) {
+            (ASK_USER, _) => Reply::Text(text_answer(gate, values)?),
+            (PERMISSION, Some(call)) => Reply::Decision(call.decide(action, values).map_err(AnswerRejection::Values)?),
+            (FORM, _) if action == ACCEPT => {
+                let fields = gate.prompt.schema.as_ref().map_or(&[][..], |s| &s.fields);
+                Reply::Values(check_values(fields, values).map_err(AnswerRejection::Values)?)
+            }
+            // Declined, cancelled, or an open-URL gate's answer: values are ignored, as the
+            // harness ignores them.
+            _ => Reply::Action,
         };
         Ok(Self { action: action.to_owned(), reply })
     }
@@ -85,7 +97,7 @@ impl Answer {
     pub fn text(&self) -> Option<&str> {
         match &self.reply {
             Reply::Text(text) => Some(text),
-            Reply::Decision(_) => None,
+            _ => None,
         }
     }
 
@@ -93,7 +105,15 @@ impl Answer {
     pub fn decision(&self) -> Option<&Decision> {
         match &self.reply {
             Reply::Decision(decision) => Some(decision),
-            Reply::Text(_) => None,
+            _ => None,
+        }
+    }
+
+    /// An accepted form's values.
+    pub fn values(&self) -> Option<&Map<String, Value>> {
+        match &self.reply {
+            Reply::Values(values) => Some(values),
+            _ => None,
         }
     }
 
@@ -102,6 +122,8 @@ impl Answer {
         let values = match &self.reply {
             Reply::Text(text) => serde_json::json!({ANSWER: text}),
             Reply::Decision(decision) => decision.canonical_values(),
+            Reply::Values(values) => Value::Object(values.clone()),
+            Reply::Action => Value::Object(Map::new()),
         };
         let canonical = serde_json::json!({"action": self.action, "values": values});
         let digest = Sha256::digest(canonical.to_string().as_bytes());

@@ -41,13 +41,12 @@ impl AskUser {
     /// The envelope of the gate this question opens.
     pub fn gate(&self, id: GateId) -> Gate {
         let c = &self.content;
+        let kind = if c.choices.is_empty() { FieldKind::Text } else { FieldKind::Select };
         let field = Field {
-            name: ANSWER.into(),
-            label: "Answer".into(),
-            kind: if c.choices.is_empty() { FieldKind::Text } else { FieldKind::Select },
             required: true,
             options: c.choices.iter().map(|v| ChoiceOption { value: v.clone(), label: v.clone() }).collect(),
             allow_other: c.allow_other,
+            ..Field::plain(ANSWER, "Answer", kind)
         };
         Gate {
             id,
@@ -55,12 +54,18 @@ impl AskUser {
             resolver: "loop".into(),
             blocks: "tool_call".into(),
             effect: "resume".into(),
-            subject: Subject { tool_execution_id: self.tool_execution_id, turn_id: c.turn_id, step_id: c.step_id },
+            subject: Subject {
+                tool_execution_id: Some(self.tool_execution_id),
+                turn_id: c.turn_id,
+                step_id: c.step_id,
+            },
             prompt: Prompt {
                 title: c.title.clone(),
                 body: c.question.clone(),
+                origin: None,
                 schema: Some(Schema { fields: vec![field] }),
                 controls: vec![Control { action: ANSWER.into(), label: "Answer".into() }],
+                requires_completion: false,
             },
             response_policy: c.response_policy.clone(),
             restorable: false,

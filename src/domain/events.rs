@@ -3,11 +3,14 @@
 //! harness emits them sorted; optional members are omitted when empty (spec §4 omission rule).
 //! These structs only serialise: the journal stores their JSON text and serves it verbatim.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::answer::{Answer, CloseReason, Reply};
-use super::gate::Gate;
+use super::form::audit_values;
+use super::gate::{Gate, LOOP, SESSION};
 use super::ids::{CommandId, EventId, GateId, LoopId, SessionId, StepId, ToolExecutionId, TurnId};
 use super::time::Timestamp;
 use super::tool_call::{APPROVE_ALWAYS, Decision, Risk, ToolCall, ToolRequest};
@@ -16,13 +19,14 @@ use super::tool_call::{APPROVE_ALWAYS, Decision, Risk, ToolCall, ToolRequest};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Coordinates {
     pub session_id: SessionId,
-    pub loop_id: LoopId,
+    /// None for a host-owned gate.
+    pub loop_id: Option<LoopId>,
     pub turn_id: Option<TurnId>,
     pub step_id: Option<StepId>,
 }
 
 impl Coordinates {
-    pub fn of(session_id: SessionId, gate: &Gate, loop_id: LoopId) -> Self {
+    pub fn of(session_id: SessionId, gate: &Gate, loop_id: Option<LoopId>) -> Self {
         Self { session_id, loop_id, turn_id: gate.subject.turn_id, step_id: gate.subject.step_id }
     }
 }
@@ -32,7 +36,8 @@ pub struct GateOpened<'a> {
     pub created_at: Timestamp,
     pub event_id: EventId,
     pub gate: &'a Gate,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub session_id: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
@@ -69,12 +74,14 @@ pub struct UserInputRequested<'a> {
     pub event_id: EventId,
     /// Additive to the harness shape, so a client can correlate without the subject.
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub question: &'a str,
     pub session_id: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
-    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<TurnId>,
     #[serde(rename = "type")]
@@ -173,12 +180,16 @@ enum AuditData {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         candidate_descriptions: Vec<String>,
     },
+    Form {
+        values: BTreeMap<String, String>,
+    },
 }
 
 impl Audit {
     /// What `GateResolved` keeps of an answer (harness rules): an AskUser answer's preview; an
-    /// approval's requirement descriptions, and its candidates' for `Approve always`; nothing of a
-    /// denial.
+    /// approval's requirement descriptions, and its candidates' for `Approve always`; an accepted
+    /// form's values as text; nothing of a denial, a declined or cancelled form, or an open-URL
+    /// gate's answer.
     fn of(gate: &Gate, answer: &Answer) -> Option<Self> {
         match (&answer.reply, &gate.tool_call) {
             (Reply::Text(_), _) => {
@@ -197,7 +208,10 @@ impl Audit {
                     },
                 })
             }
-            (Reply::Decision(_), _) => None,
+            (Reply::Decision(_), _) | (Reply::Action, _) => None,
+            (Reply::Values(values), _) => {
+                Some(Self { kind: "form", data: AuditData::Form { values: audit_values(values) } })
+            }
         }
     }
 }
@@ -211,7 +225,8 @@ pub struct GateResolved {
     pub created_at: Timestamp,
     pub event_id: EventId,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub reason: &'static str,
     pub resolver: &'static str,
     pub session_id: SessionId,
@@ -229,16 +244,16 @@ pub struct GateResolved {
 impl GateResolved {
     pub const TYPE: &'static str = "GateResolved";
 
-    fn new(at: Coordinates, created_at: Timestamp, gate_id: GateId, reason: &'static str) -> Self {
+    fn new(at: Coordinates, created_at: Timestamp, gate: &Gate, reason: &'static str) -> Self {
         Self {
             action: None,
             audit: None,
             created_at,
             event_id: EventId::mint(),
-            gate_id,
+            gate_id: gate.id,
             loop_id: at.loop_id,
             reason,
-            resolver: "loop",
+            resolver: if gate.host_owned() { SESSION } else { LOOP },
             session_id: at.session_id,
             source: None,
             step_id: at.step_id,
@@ -250,18 +265,17 @@ impl GateResolved {
 
     /// An answer, by a person or by the policy.
     pub fn answered(at: Coordinates, created_at: Timestamp, gate: &Gate, answer: &Answer, by: &AnsweredBy) -> Self {
-        let gate_id = gate.id;
         Self {
             action: Some(answer.action.clone()),
             audit: Audit::of(gate, answer),
             source: Some(by.source()),
-            ..Self::new(at, created_at, gate_id, by.reason())
+            ..Self::new(at, created_at, gate, by.reason())
         }
     }
 
     /// A withdrawal: no action, source or audit.
-    pub fn closed(at: Coordinates, created_at: Timestamp, gate_id: GateId, reason: CloseReason) -> Self {
-        Self::new(at, created_at, gate_id, reason.as_str())
+    pub fn closed(at: Coordinates, created_at: Timestamp, gate: &Gate, reason: CloseReason) -> Self {
+        Self::new(at, created_at, gate, reason.as_str())
     }
 }
 
@@ -275,11 +289,13 @@ pub struct ProvideUserInput<'a> {
     pub command_id: CommandId,
     pub created_at: Timestamp,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub session_id: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
-    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<TurnId>,
     #[serde(rename = "type")]
@@ -301,14 +317,16 @@ pub struct PermissionRequested<'a> {
     pub editable: bool,
     pub event_id: EventId,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub request: &'a ToolRequest,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk: Option<Risk>,
     pub session_id: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
-    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_input: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -360,7 +378,8 @@ pub struct PermissionDecided {
     pub effect: &'static str,
     pub event_id: EventId,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -370,7 +389,8 @@ pub struct PermissionDecided {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
     pub subject: String,
-    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_input: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -445,11 +465,13 @@ pub struct ApproveToolCall<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub edited: bool,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub session_id: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
-    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_input: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -467,13 +489,15 @@ pub struct DenyToolCall<'a> {
     pub command_id: CommandId,
     pub created_at: Timestamp,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'a str>,
     pub session_id: SessionId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_id: Option<StepId>,
-    pub tool_execution_id: ToolExecutionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<TurnId>,
     #[serde(rename = "type")]
@@ -481,15 +505,45 @@ pub struct DenyToolCall<'a> {
     v: u8,
 }
 
+/// The command that hands a form's answer to the owning loop (additive to the harness, whose
+/// forms are host-owned only): the action and, on accept, the typed values.
+#[derive(Debug, Serialize)]
+pub struct ProvideFormInput<'a> {
+    pub action: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub agency: u8,
+    pub command_id: CommandId,
+    pub created_at: Timestamp,
+    pub gate_id: GateId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
+    pub session_id: SessionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_execution_id: Option<ToolExecutionId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    v: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<&'a Map<String, Value>>,
+}
+
 /// The command an answer sends the owning loop, made from the gate as its caller read it: its id
-/// and JSON text.
+/// and JSON text. A host-owned gate has no loop and gets none: its host reads the answer from
+/// the gate.
 pub fn command(
     at: Coordinates,
     created_at: Timestamp,
     gate: &Gate,
     answer: &Answer,
     by: &AnsweredBy,
-) -> (CommandId, String) {
+) -> Option<(CommandId, String)> {
+    if gate.host_owned() || at.loop_id.is_none() {
+        return None;
+    }
     let command_id = CommandId::mint();
     let (gate_id, tool_execution_id) = (gate.id, gate.subject.tool_execution_id);
     let text = match &answer.reply {
@@ -537,8 +591,23 @@ pub fn command(
             kind: "DenyToolCall",
             v: 1,
         }),
+        Reply::Values(_) | Reply::Action => to_json(&ProvideFormInput {
+            action: &answer.action,
+            agency: by.agency(),
+            command_id,
+            created_at,
+            gate_id,
+            loop_id: at.loop_id,
+            session_id: at.session_id,
+            step_id: at.step_id,
+            tool_execution_id,
+            turn_id: at.turn_id,
+            kind: "ProvideFormInput",
+            v: 1,
+            values: answer.values(),
+        }),
     };
-    (command_id, text)
+    Some((command_id, text))
 }
 
 /// A permission gate's decision as its view shows it (`decision`), stored at the claim.
@@ -566,6 +635,32 @@ impl<'a> DecisionView<'a> {
             tool_input: decision.tool_input.as_ref(),
             edited: decision.edited,
             reason: decision.reason.as_deref(),
+            source: by.source().kind,
+            principal: by.principal(),
+            decided_at,
+        }
+    }
+}
+
+/// A form's or an open-URL gate's answer as its view shows it (`decision`), stored at the claim:
+/// the action, an accepted form's typed values, and who gave it.
+#[derive(Debug, Serialize)]
+pub struct FormDecisionView<'a> {
+    pub action: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<&'a Map<String, Value>>,
+    /// `user` or `policy`.
+    pub source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<&'a str>,
+    pub decided_at: Timestamp,
+}
+
+impl<'a> FormDecisionView<'a> {
+    pub fn new(answer: &'a Answer, by: &'a AnsweredBy, decided_at: Timestamp) -> Self {
+        Self {
+            action: &answer.action,
+            values: answer.values(),
             source: by.source().kind,
             principal: by.principal(),
             decided_at,

@@ -4,6 +4,7 @@
 //! a token, only its keyed digest (for the lookup), and never the key: a copy of the database
 //! alone cannot answer a gate.
 
+use aws_lc_rs::aead::{AES_256_GCM, Aad, NONCE_LEN, Nonce, RandomizedNonceKey};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
@@ -56,6 +57,32 @@ impl ServerKey {
         URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
     }
 
+    /// Seals a gate's secret (an open-URL gate's URL) for the database: AES-256-GCM under a key
+    /// derived for this purpose, a random nonce before the ciphertext, the gate id as associated
+    /// data (a sealed secret moved to another gate does not open).
+    pub fn seal(&self, gate: GateId, secret: &str) -> Vec<u8> {
+        let key = self.sealing_key();
+        let mut sealed = secret.as_bytes().to_vec();
+        let nonce = key
+            .seal_in_place_append_tag(Aad::from(gate.to_string()), &mut sealed)
+            .expect("AES-GCM seals any text this size");
+        [nonce.as_ref().as_slice(), &sealed].concat()
+    }
+
+    /// Opens what `seal` sealed for this gate; `None` if it was sealed under another key or for
+    /// another gate, or altered.
+    pub fn unseal(&self, gate: GateId, sealed: &[u8]) -> Option<String> {
+        let (nonce, ciphertext) = sealed.split_at_checked(NONCE_LEN)?;
+        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut text = ciphertext.to_vec();
+        let plain = self.sealing_key().open_in_place(nonce, Aad::from(gate.to_string()), &mut text).ok()?;
+        String::from_utf8(plain.to_vec()).ok()
+    }
+
+    fn sealing_key(&self) -> RandomizedNonceKey {
+        RandomizedNonceKey::new(&AES_256_GCM, &self.derive("gatehouse gate secret v1")).expect("a 32-byte key")
+    }
+
     /// What the database stores of a link token, and looks a presented token up by: a keyed
     /// digest, so neither the token nor a way to make one is in the database.
     pub fn link_digest(&self, token: &str) -> [u8; 32] {
@@ -75,6 +102,17 @@ mod tests {
 
     fn key(text: &str) -> ServerKey {
         ServerKey::new(text.repeat(32).into_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_sealed_secret_opens_only_for_its_gate_and_key() {
+        let (gate, other) = (GateId::mint(), GateId::mint());
+        let sealed = key("a").seal(gate, "https://x.test/device?code=1");
+        assert!(!String::from_utf8_lossy(&sealed).contains("x.test"));
+        assert_eq!(key("a").unseal(gate, &sealed).as_deref(), Some("https://x.test/device?code=1"));
+        assert_eq!(key("a").unseal(other, &sealed), None);
+        assert_eq!(key("b").unseal(gate, &sealed), None);
+        assert_ne!(key("a").seal(gate, "same"), key("a").seal(gate, "same"), "a fresh nonce each time");
     }
 
     #[test]

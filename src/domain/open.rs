@@ -2,6 +2,7 @@
 //! problem reported at its JSON Pointer, defaults applied, into the `Question` of one kind.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::answer::{Answer, AnswerRejection};
@@ -9,8 +10,12 @@ use super::ask_user::{
     AskContent, AskUser, DEFAULT_TITLE, MAX_CHOICE_BYTES, MAX_CHOICES, MAX_QUESTION_BYTES, MAX_TITLE_BYTES,
 };
 use super::fields::{FieldCode, FieldError, check_length, check_text};
-use super::gate::{ASK_USER, Gate, KINDS, OnTimeout, PERMISSION, ResponsePolicy, ResponseTemplate};
+use super::form::{Form, FormContent, check_fields};
+use super::gate::{
+    ASK_USER, FORM, Field, Gate, KINDS, OPEN_URL, OnTimeout, PERMISSION, ResponsePolicy, ResponseTemplate,
+};
 use super::ids::{GateId, IdError, LoopId, StepId, ToolExecutionId, TurnId};
+use super::open_url::{OpenUrl, OpenUrlContent, origin_of};
 use super::permission::{Permission, PermissionContent};
 use super::tool_call::{DENY, DESCRIBED, Requirement, Risk, ToolRequest, check_input, compile_schema};
 
@@ -62,6 +67,14 @@ pub struct OpenGateIn {
     pub tool_input_schema: Option<Value>,
     pub risk: Option<Value>,
     pub editable: Option<Value>,
+    // harness.form and harness.open_url (and `title`, above)
+    pub body: Option<Value>,
+    /// The harness's `{"fields": […]}`…
+    pub schema: Option<Value>,
+    /// …or a JSON Schema, as text: its property order is the form's field order.
+    pub json_schema: Option<Box<RawValue>>,
+    pub url: Option<Value>,
+    pub requires_completion: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -90,21 +103,23 @@ pub enum OpenRejection {
 pub enum Question {
     AskUser(AskUser),
     Permission(Permission),
+    Form(Form),
+    OpenUrl(OpenUrl),
 }
 
 impl Question {
-    pub fn loop_id(&self) -> LoopId {
+    /// The loop that asks and the tool call it asks for; `None` for a host-owned gate.
+    pub fn owner(&self) -> Option<(LoopId, ToolExecutionId)> {
         match self {
-            Self::AskUser(ask) => ask.loop_id,
-            Self::Permission(permission) => permission.loop_id,
+            Self::AskUser(ask) => Some((ask.loop_id, ask.tool_execution_id)),
+            Self::Permission(permission) => Some((permission.loop_id, permission.tool_execution_id)),
+            Self::Form(form) => form.owner,
+            Self::OpenUrl(_) => None,
         }
     }
 
-    pub fn tool_execution_id(&self) -> ToolExecutionId {
-        match self {
-            Self::AskUser(ask) => ask.tool_execution_id,
-            Self::Permission(permission) => permission.tool_execution_id,
-        }
+    pub fn loop_id(&self) -> Option<LoopId> {
+        self.owner().map(|(loop_id, _)| loop_id)
     }
 
     /// The envelope of the gate this request opens.
@@ -112,6 +127,16 @@ impl Question {
         match self {
             Self::AskUser(ask) => ask.gate(id),
             Self::Permission(permission) => permission.gate(id),
+            Self::Form(form) => form.gate(id),
+            Self::OpenUrl(open) => open.gate(id),
+        }
+    }
+
+    /// What the gate keeps secret (an open-URL gate's URL), to be sealed by the store.
+    pub fn secret(&self) -> Option<&str> {
+        match self {
+            Self::OpenUrl(open) => Some(&open.url),
+            _ => None,
         }
     }
 
@@ -123,6 +148,11 @@ impl Question {
             Self::AskUser(ask) => serde_json::to_string(&ask.content),
             Self::Permission(permission) => {
                 serde_json::to_string(&serde_json::json!({"kind": PERMISSION, "content": permission.content}))
+            }
+            Self::Form(form) => serde_json::to_string(&serde_json::json!({"kind": FORM, "content": form.content})),
+            // Never the URL: the content is stored in the clear.
+            Self::OpenUrl(open) => {
+                serde_json::to_string(&serde_json::json!({"kind": OPEN_URL, "content": open.content}))
             }
         };
         text.expect("plain data serialises")
@@ -143,16 +173,20 @@ impl OpenGateIn {
             }
         };
         let p = &mut problems;
-        let loop_id = id(p, "/loop_id", present(self.loop_id.take()), true, LoopId::parse);
+        self.refuse_foreign(p, &kind);
+        // A loop's question names its loop and tool call; a host-owned gate names neither.
+        let owned = matches!(kind.as_str(), ASK_USER | PERMISSION);
+        let loop_id = id(p, "/loop_id", present(self.loop_id.take()), owned, LoopId::parse);
         let tool_execution_id =
-            id(p, "/tool_execution_id", present(self.tool_execution_id.take()), true, ToolExecutionId::parse);
+            id(p, "/tool_execution_id", present(self.tool_execution_id.take()), owned, ToolExecutionId::parse);
         let turn_id = id(p, "/turn_id", present(self.turn_id.take()), false, TurnId::parse);
         let step_id = id(p, "/step_id", present(self.step_id.take()), false, StepId::parse);
         let coordinates = Coordinates { loop_id, tool_execution_id, turn_id, step_id };
-        let question = if kind == PERMISSION {
-            self.permission(p, coordinates, rules)
-        } else {
-            self.ask_user(p, coordinates, rules)
+        let question = match kind.as_str() {
+            PERMISSION => self.permission(p, coordinates, rules),
+            FORM => self.form(p, coordinates, rules),
+            OPEN_URL => self.open_url(p, coordinates, rules),
+            _ => self.ask_user(p, coordinates, rules),
         };
         if !problems.is_empty() {
             return Err(OpenRejection::Fields(problems));
@@ -163,7 +197,6 @@ impl OpenGateIn {
     }
 
     fn ask_user(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
-        refuse_foreign(p, self.permission_members(), ASK_USER);
         let question = match present(self.question) {
             None => {
                 p.push(FieldError::new("/question", FieldCode::Required, "a question is required"));
@@ -198,35 +231,108 @@ impl OpenGateIn {
         Some(Question::AskUser(AskUser { loop_id, tool_execution_id, content }))
     }
 
-    /// The members only an AskUser gate has, to refuse them on another kind.
-    fn ask_user_members(&self) -> [(&'static str, &Option<Value>); 4] {
+    /// The members that belong to some kinds only, with those kinds.
+    fn kind_members(&self) -> [(&'static str, bool, &'static [&'static str]); 20] {
+        const ASK: &[&str] = &[ASK_USER];
+        const CALL: &[&str] = &[PERMISSION];
+        const PROMPTED: &[&str] = &[ASK_USER, FORM, OPEN_URL];
+        const HOSTED: &[&str] = &[FORM, OPEN_URL];
         [
-            ("question", &self.question),
-            ("choices", &self.choices),
-            ("allow_other", &self.allow_other),
-            ("title", &self.title),
+            ("question", self.question.is_some(), ASK),
+            ("choices", self.choices.is_some(), ASK),
+            ("allow_other", self.allow_other.is_some(), ASK),
+            ("title", self.title.is_some(), PROMPTED),
+            ("tool_name", self.tool_name.is_some(), CALL),
+            ("summary", self.summary.is_some(), CALL),
+            ("execution_id", self.execution_id.is_some(), CALL),
+            ("command", self.command.is_some(), CALL),
+            ("working_directory", self.working_directory.is_some(), CALL),
+            ("expires_at_unix_milli", self.expires_at_unix_milli.is_some(), CALL),
+            ("requirements", self.requirements.is_some(), CALL),
+            ("tool_input", self.tool_input.is_some(), CALL),
+            ("tool_input_schema", self.tool_input_schema.is_some(), CALL),
+            ("risk", self.risk.is_some(), CALL),
+            ("editable", self.editable.is_some(), CALL),
+            ("body", self.body.is_some(), HOSTED),
+            ("schema", self.schema.is_some(), &[FORM]),
+            ("json_schema", self.json_schema.is_some(), &[FORM]),
+            ("url", self.url.is_some(), &[OPEN_URL]),
+            ("requires_completion", self.requires_completion.is_some(), &[OPEN_URL]),
         ]
     }
 
-    /// The members only a permission gate has, to refuse them on another kind.
-    fn permission_members(&self) -> [(&'static str, &Option<Value>); 11] {
-        [
-            ("tool_name", &self.tool_name),
-            ("summary", &self.summary),
-            ("execution_id", &self.execution_id),
-            ("command", &self.command),
-            ("working_directory", &self.working_directory),
-            ("expires_at_unix_milli", &self.expires_at_unix_milli),
-            ("requirements", &self.requirements),
-            ("tool_input", &self.tool_input),
-            ("tool_input_schema", &self.tool_input_schema),
-            ("risk", &self.risk),
-            ("editable", &self.editable),
-        ]
+    /// A member of another kind, sent with this one: refused, not ignored, so that a body meant
+    /// for one kind is never read as another.
+    fn refuse_foreign(&self, p: &mut Vec<FieldError>, kind: &str) {
+        for (member, present, kinds) in self.kind_members() {
+            if present && !kinds.contains(&kind) {
+                let message = format!("{member} is not a member of a {kind} gate");
+                p.push(FieldError::new(format!("/{member}"), FieldCode::UnknownKey, message));
+            }
+        }
+    }
+
+    /// A form: its fields, as the harness lists them or as JSON Schema, and who owns it.
+    fn form(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
+        let owner = at.owner(p);
+        let (title, body) = prompt_text(p, self.title, self.body, super::form::DEFAULT_TITLE);
+        let fields = match (present(self.schema), self.json_schema.filter(|s| s.get() != "null")) {
+            (Some(_), Some(_)) => {
+                let message = "give the fields either as schema or as json_schema, not both";
+                p.push(FieldError::new("/json_schema", FieldCode::UnknownKey, message));
+                Vec::new()
+            }
+            (None, None) => {
+                p.push(FieldError::new("/schema", FieldCode::Required, "a form needs schema or json_schema"));
+                Vec::new()
+            }
+            (Some(schema), None) => harness_fields(p, schema),
+            (None, Some(json_schema)) => {
+                let before = p.len();
+                let mut fields = super::json_schema::fields(p, "/json_schema", json_schema.get());
+                // The translation's own problems name the schema's keywords; checked further only
+                // when it translated cleanly (the fields' paths are then the model's).
+                if p.len() == before {
+                    check_fields(p, "/json_schema/properties", &mut fields, false);
+                }
+                fields
+            }
+        };
+        let response_policy = present(self.response_policy).and_then(|v| check_policy(p, v, rules.max_timeout));
+        let content = FormContent { title, body, fields, turn_id: at.turn_id, step_id: at.step_id, response_policy };
+        Some(Question::Form(Form { owner: owner?, content }))
+    }
+
+    /// An open-URL gate: always host-owned; the URL's origin is what the envelope shows.
+    fn open_url(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
+        for (member, present) in
+            [("/loop_id", at.loop_id.is_some()), ("/tool_execution_id", at.tool_execution_id.is_some())]
+        {
+            if present {
+                let message = "an open-URL gate is host-owned: it names no loop";
+                p.push(FieldError::new(member, FieldCode::UnknownKey, message));
+            }
+        }
+        let (title, body) = prompt_text(p, self.title, self.body, super::open_url::DEFAULT_TITLE);
+        let url = match present(self.url) {
+            None => {
+                p.push(FieldError::new("/url", FieldCode::Required, "an open-URL gate needs its url"));
+                None
+            }
+            Some(Value::String(url)) => Some(url),
+            Some(_) => {
+                p.push(type_error("/url", "a string"));
+                None
+            }
+        };
+        let origin = url.as_deref().and_then(|url| origin_of("/url", url).map_err(|problem| p.push(problem)).ok());
+        let requires_completion = flag(p, "/requires_completion", self.requires_completion);
+        let response_policy = present(self.response_policy).and_then(|v| check_policy(p, v, rules.max_timeout));
+        let content = OpenUrlContent { title, body, origin: origin?, requires_completion, response_policy };
+        Some(Question::OpenUrl(OpenUrl { content, url: url? }))
     }
 
     fn permission(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
-        refuse_foreign(p, self.ask_user_members(), PERMISSION);
         let mut string = |path: &str, raw: Option<Value>| match present(raw) {
             None => String::new(),
             Some(Value::String(s)) => s,
@@ -306,24 +412,105 @@ struct Coordinates {
     step_id: Option<StepId>,
 }
 
+impl Coordinates {
+    /// A form's owner: its loop and tool call together, or neither (host-owned; then no turn or
+    /// step either). `None` (with a problem recorded) when they do not go together.
+    fn owner(&self, p: &mut Vec<FieldError>) -> Option<Option<(LoopId, ToolExecutionId)>> {
+        match (self.loop_id, self.tool_execution_id) {
+            (Some(loop_id), Some(tool)) => Some(Some((loop_id, tool))),
+            (None, None) if self.turn_id.is_none() && self.step_id.is_none() => Some(None),
+            (None, None) => {
+                let message = "turn_id and step_id belong to a loop's form: give loop_id and tool_execution_id";
+                p.push(FieldError::new("/loop_id", FieldCode::Required, message));
+                None
+            }
+            (Some(_), None) => {
+                p.push(FieldError::new("/tool_execution_id", FieldCode::Required, "a loop's form names its tool call"));
+                None
+            }
+            (None, Some(_)) => {
+                p.push(FieldError::new("/loop_id", FieldCode::Required, "a loop's form names its loop"));
+                None
+            }
+        }
+    }
+}
+
+/// A prompt's title (or its default) and its required body.
+fn prompt_text(p: &mut Vec<FieldError>, title: Option<Value>, body: Option<Value>, default: &str) -> (String, String) {
+    let title = match present(title) {
+        None => default.to_owned(),
+        Some(t) => text(p, "/title", t, MAX_TITLE_BYTES),
+    };
+    let body = match present(body) {
+        None => {
+            p.push(FieldError::new("/body", FieldCode::Required, "a body (what to tell the person) is required"));
+            String::new()
+        }
+        Some(b) => text(p, "/body", b, MAX_QUESTION_BYTES),
+    };
+    (title, body)
+}
+
+/// The harness's `{"fields": […]}`, checked.
+fn harness_fields(p: &mut Vec<FieldError>, schema: Value) -> Vec<Field> {
+    const MEMBERS: [&str; 14] = [
+        "name",
+        "label",
+        "kind",
+        "required",
+        "options",
+        "description",
+        "default",
+        "min_length",
+        "max_length",
+        "minimum",
+        "maximum",
+        "min_items",
+        "max_items",
+        "fields",
+    ];
+    fn unknown_members(p: &mut Vec<FieldError>, path: &str, raw: &Value) {
+        let Some(items) = raw.as_array() else { return };
+        for (i, item) in items.iter().enumerate() {
+            let Some(object) = item.as_object() else { continue };
+            for key in object.keys().filter(|k| !MEMBERS.contains(&k.as_str())) {
+                let message = format!("{key:?} is not a member of a form field");
+                p.push(FieldError::new(format!("{path}/{i}/{key}"), FieldCode::UnknownKey, message));
+            }
+            if let Some(nested) = object.get("fields") {
+                unknown_members(p, &format!("{path}/{i}/fields"), nested);
+            }
+        }
+    }
+    let Value::Object(mut schema) = schema else {
+        p.push(type_error("/schema", "an object with fields"));
+        return Vec::new();
+    };
+    if let Some(key) = schema.keys().find(|k| *k != "fields") {
+        p.push(FieldError::new(format!("/schema/{key}"), FieldCode::UnknownKey, "a schema has only fields"));
+    }
+    let raw = schema.remove("fields").unwrap_or(Value::Null);
+    let before = p.len();
+    unknown_members(p, "/schema/fields", &raw);
+    if p.len() > before {
+        return Vec::new();
+    }
+    match serde_json::from_value::<Vec<Field>>(raw) {
+        Ok(mut fields) => {
+            check_fields(p, "/schema/fields", &mut fields, true);
+            fields
+        }
+        Err(e) => {
+            p.push(FieldError::new("/schema/fields", FieldCode::Type, format!("not a list of fields: {e}")));
+            Vec::new()
+        }
+    }
+}
+
 /// `null` means absent, as the harness omits empty members.
 fn present(v: Option<Value>) -> Option<Value> {
     v.filter(|v| !v.is_null())
-}
-
-/// A member of another kind, sent with this one: refused, not ignored, so that a body meant for
-/// one kind is never read as another.
-fn refuse_foreign<'a>(
-    p: &mut Vec<FieldError>,
-    members: impl IntoIterator<Item = (&'static str, &'a Option<Value>)>,
-    kind: &str,
-) {
-    for (member, value) in members {
-        if value.is_some() {
-            let message = format!("{member} is not a member of a {kind} gate");
-            p.push(FieldError::new(format!("/{member}"), FieldCode::UnknownKey, message));
-        }
-    }
 }
 
 fn flag(p: &mut Vec<FieldError>, path: &str, raw: Option<Value>) -> bool {
@@ -611,8 +798,8 @@ mod tests {
 
     #[test]
     fn other_kinds_are_a_mismatch() {
-        let err = body(serde_json::json!({"kind": "harness.form"})).validate(OpenRules::default()).unwrap_err();
-        assert_eq!(err, OpenRejection::KindMismatch("harness.form".into()));
+        let err = body(serde_json::json!({"kind": "harness.elicit"})).validate(OpenRules::default()).unwrap_err();
+        assert_eq!(err, OpenRejection::KindMismatch("harness.elicit".into()));
         let err = body(serde_json::json!({"kind": 5})).validate(OpenRules::default()).unwrap_err();
         assert!(matches!(err, OpenRejection::Fields(_)));
     }

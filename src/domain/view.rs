@@ -39,7 +39,9 @@ pub struct GateView {
     #[serde(skip)]
     pub gate_id: GateId,
     pub session_id: SessionId,
-    pub loop_id: LoopId,
+    /// The loop that asked; none for a host-owned gate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_id: Option<LoopId>,
     pub state: GateState,
     pub gate: Box<RawValue>,
     pub opened_seq: i64,
@@ -52,7 +54,8 @@ pub struct GateView {
     pub resolution: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
-    /// A permission gate's decision (`DecisionView`), as stored at its claim.
+    /// A permission gate's decision (`DecisionView`), or a form's or open-URL gate's answer
+    /// (`FormDecisionView`), as stored at its claim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<Box<RawValue>>,
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::extract::{IdempotencyKey, JsonBody, OptionalJsonBody, Params, QueryParams, SignedJsonBody};
 use super::{AppState, SessionPath, json, limit, pages, wait_deadline, wait_until};
 use crate::auth::{Caller, PRINCIPAL_WEBHOOK};
-use crate::domain::gate::KINDS;
+use crate::domain::gate::{KINDS, OPEN_URL};
 use crate::domain::{
     Answer, AnswerIn, AnswerRejection, AnsweredBy, CloseIn, FieldCode, FieldError, GateId, GateState, GateView,
     OpenGateIn, OpenRejection, SessionId,
@@ -83,6 +83,32 @@ pub(super) async fn get_gate_by_id(
 ) -> Result<Response, ApiError> {
     let record = state.store.gate(gate_id).await?.ok_or(ApiError::GateNotFound)?;
     Ok(json(StatusCode::OK, &record.view))
+}
+
+#[derive(Serialize)]
+struct GateUrl {
+    url: String,
+}
+
+/// An open-URL gate's URL, for a person allowed to answer it, while it is open: the one place it
+/// leaves the server besides the answer-link page.
+pub(super) async fn gate_url(
+    State(state): State<AppState>,
+    Params(GatePath { session_id, gate_id }): Params<GatePath>,
+) -> Result<Response, ApiError> {
+    let record = find_in_session(&state, session_id, gate_id).await?;
+    match open_url_of(&state, &record)? {
+        Some(url) => Ok(json(StatusCode::OK, &GateUrl { url })),
+        None => match record.view.resolution {
+            Some(resolution) if record.gate()?.kind == OPEN_URL => Err(ApiError::GateNotReady(resolution)),
+            _ => Err(ApiError::GateNotFound),
+        },
+    }
+}
+
+/// The URL of an open-URL gate that is still open (the claim that closes it forgets the URL).
+pub(super) fn open_url_of(state: &AppState, record: &GateRecord) -> Result<Option<String>, ApiError> {
+    Ok(state.store.secret(record)?)
 }
 
 #[derive(Deserialize)]

@@ -164,6 +164,7 @@ pub fn routes() -> Vec<Route> {
         Route::get(Access::RESPONDER, "/v1/gates/{gate_id}", gates::get_gate_by_id),
         Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}", gates::get_gate),
         Route::get(Access::SESSION_READ, "/v1/sessions/{session_id}/gates/{gate_id}/wait", gates::wait_gate),
+        Route::get(Access::RESPONDER, "/v1/sessions/{session_id}/gates/{gate_id}/url", gates::gate_url),
         Route::post(Access::Answer, "/v1/sessions/{session_id}/gates/{gate_id}", gates::answer_gate),
         Route::post(Access::AGENT, "/v1/sessions/{session_id}/gates/{gate_id}/close", gates::close_gate),
         Route::get(Access::AGENT, "/v1/sessions/{session_id}/loops/{loop_id}/commands", loops::list_commands),

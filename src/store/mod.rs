@@ -202,12 +202,13 @@ impl Outbox<'_> {
     }
 }
 
-/// A gate about to be opened: its id and the digest of its answer-link token, made outside the
-/// backend, so no backend needs the server key.
-#[derive(Debug, Clone, Copy)]
+/// A gate about to be opened: its id, the digest of its answer-link token and its sealed secret,
+/// made outside the backend, so no backend needs the server key.
+#[derive(Debug, Clone)]
 struct NewGate {
     id: GateId,
     link_digest: [u8; 32],
+    secret: Option<Vec<u8>>,
 }
 
 impl Store {
@@ -263,11 +264,21 @@ impl Store {
     /// `max_open` open gates.
     pub async fn open_gate(&self, session: SessionId, question: Question, max_open: usize) -> Result<OpenOutcome> {
         let id = GateId::mint();
-        let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
+        let link_digest = self.key.link_digest(&self.key.link_token(id));
+        let new = NewGate { id, link_digest, secret: question.secret().map(|secret| self.key.seal(id, secret)) };
         match &self.backend {
             Backends::Sqlite(backend) => backend.open_gate(session, question, new, max_open).await,
             Backends::Postgres(backend) => backend.open_gate(session, question, new, max_open).await,
         }
+    }
+
+    /// An open gate's secret (an open-URL gate's URL), unsealed; `None` when it has none (any
+    /// gate no longer open).
+    pub fn secret(&self, record: &GateRecord) -> Result<Option<String>> {
+        let Some(sealed) = &record.secret else { return Ok(None) };
+        let id = record.view.gate_id;
+        let secret = self.key.unseal(id, sealed);
+        secret.map(Some).ok_or_else(|| StoreError::Internal(format!("gate {id}'s secret does not open with this key")))
     }
 
     /// A page of the journal from seq `from` on, optionally of one session.

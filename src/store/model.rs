@@ -6,10 +6,10 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::{PageLimit, StoreError};
-use crate::domain::events::{DecisionView, command, to_json};
+use crate::domain::events::{DecisionView, FormDecisionView, command, to_json};
 use crate::domain::{
-    Answer, AnsweredBy, CommandId, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, LoopId,
-    PermissionDecided, PermissionRequested, Question, SessionId, Timestamp, UserInputRequested,
+    Answer, AnsweredBy, CommandId, Coordinates, Gate, GateId, GateOpened, GateResolved, GateState, GateView, IdError,
+    LoopId, PermissionDecided, PermissionRequested, Question, Reply, SessionId, Timestamp, UserInputRequested,
 };
 
 /// A gate as stored: its view plus what only the server sees.
@@ -18,6 +18,30 @@ pub struct GateRecord {
     pub view: GateView,
     /// The winning answer's `Idempotency-Key` and fingerprint, if it sent a key.
     pub idempotency: Option<(String, String)>,
+    /// The gate's secret (an open-URL gate's URL), sealed with the server key; cleared when the
+    /// gate leaves `open`.
+    pub secret: Option<Vec<u8>>,
+}
+
+/// How a gate's owner is stored: the unique (session, loop, tool execution) that finds a loop's
+/// re-ask. A host-owned gate has neither, and is stored under the nil loop with its own id as
+/// its tool execution, so it is unique and no re-ask ever finds it.
+pub(crate) fn owner_columns(question: &Question, gate: GateId) -> (uuid::Uuid, uuid::Uuid) {
+    match question.owner() {
+        Some((loop_id, tool)) => (loop_id.as_uuid(), tool.as_uuid()),
+        None => (uuid::Uuid::nil(), gate.as_uuid()),
+    }
+}
+
+/// The loop of a stored owner: none for the nil loop of a host-owned gate (no loop id is nil, so
+/// it can stand for none).
+pub(crate) fn stored_loop(raw: uuid::Uuid) -> Result<Option<LoopId>, IdError> {
+    if raw.is_nil() { Ok(None) } else { LoopId::from_uuid(raw).map(Some) }
+}
+
+/// `stored_loop` of a loop id stored as text.
+pub(crate) fn stored_loop_text(raw: &str) -> Result<Option<LoopId>, IdError> {
+    stored_loop(uuid::Uuid::try_parse(raw).map_err(|_| IdError::Malformed)?)
 }
 
 impl GateRecord {
@@ -35,7 +59,7 @@ impl GateRecord {
 pub struct Answering {
     pub session: SessionId,
     pub gate_id: GateId,
-    pub loop_id: LoopId,
+    pub loop_id: Option<LoopId>,
     pub gate: Gate,
 }
 
@@ -57,15 +81,15 @@ pub struct Claim {
     pub by: AnsweredBy,
 }
 
-/// What opening a gate writes, made the same way on every backend: the gate, its two events
-/// (`GateOpened`, then `UserInputRequested` or `PermissionRequested`) and its deadlines, as of one
-/// instant.
+/// What opening a gate writes, made the same way on every backend: the gate, its events
+/// (`GateOpened`, then `UserInputRequested` or `PermissionRequested` for a loop's question or
+/// call; a form or an open-URL gate has only the first) and its deadlines, as of one instant.
 pub(crate) struct Opening {
     pub gate: Gate,
     pub now: Timestamp,
     pub opened: String,
-    /// The second event's type and JSON.
-    pub requested: (&'static str, String),
+    /// The second event's type and JSON, if the kind has one.
+    pub requested: Option<(&'static str, String)>,
     /// When its timeout passes, if it has one…
     pub deadline: Option<Timestamp>,
     /// …and when the policy answers then, if it has a default answer.
@@ -79,13 +103,15 @@ impl Opening {
         let at = Coordinates::of(session, &gate, question.loop_id());
         let opened = to_json(&GateOpened::new(at, now, &gate));
         let requested = match question {
-            Question::AskUser(ask) => {
-                (UserInputRequested::TYPE, to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices)))
-            }
+            Question::AskUser(ask) => Some((
+                UserInputRequested::TYPE,
+                to_json(&UserInputRequested::new(at, now, &gate, &ask.content.choices)),
+            )),
             Question::Permission(_) => {
                 let call = gate.tool_call.as_ref().expect("a permission gate carries its call");
-                (PermissionRequested::TYPE, to_json(&PermissionRequested::new(at, now, &gate, call)))
+                Some((PermissionRequested::TYPE, to_json(&PermissionRequested::new(at, now, &gate, call))))
             }
+            Question::Form(_) | Question::OpenUrl(_) => None,
         };
         let deadline = gate.timeout_nanos().map(|t| now.plus_nanos(t));
         let respond_at = deadline.filter(|_| gate.default_answer().is_some());
@@ -95,26 +121,48 @@ impl Opening {
 
 /// What a claim writes besides the claim itself, made the same way on every backend from the
 /// gate as the caller read it: `GateResolved`, for a permission gate `PermissionDecided` after it,
-/// the loop's command, and what the gate row keeps of the answer (an AskUser answer's text, a
-/// decision's view).
+/// the loop's command (a host-owned gate has none), and what the gate row keeps of the answer (an
+/// AskUser answer's text; the view of a decision, or of a form's or open-URL gate's answer).
 pub(crate) struct Resolution {
     pub resolved: String,
     pub decided: Option<String>,
-    pub command_id: CommandId,
-    pub command: String,
+    pub command: Option<(CommandId, String)>,
     pub answer_text: Option<String>,
     pub decision: Option<String>,
 }
 
 impl Resolution {
-    pub(crate) fn new(session: SessionId, loop_id: LoopId, gate: &Gate, answer: &Answer, by: &AnsweredBy) -> Self {
+    pub(crate) fn new(
+        session: SessionId,
+        loop_id: Option<LoopId>,
+        gate: &Gate,
+        answer: &Answer,
+        by: &AnsweredBy,
+    ) -> Self {
         let now = Timestamp::now();
         let at = Coordinates::of(session, gate, loop_id);
         let resolved = to_json(&GateResolved::answered(at, now, gate, answer, by));
         let decided = answer.decision().map(|d| to_json(&PermissionDecided::new(at, now, gate, d, by)));
-        let (command_id, command) = command(at, now, gate, answer, by);
-        let decision = answer.decision().map(|d| to_json(&DecisionView::new(answer, d, by, now)));
-        Self { resolved, decided, command_id, command, answer_text: answer.text().map(str::to_owned), decision }
+        let decision = match &answer.reply {
+            Reply::Text(_) => None,
+            Reply::Decision(d) => Some(to_json(&DecisionView::new(answer, d, by, now))),
+            Reply::Values(_) | Reply::Action => Some(to_json(&FormDecisionView::new(answer, by, now))),
+        };
+        Self {
+            resolved,
+            decided,
+            command: command(at, now, gate, answer, by),
+            answer_text: answer.text().map(str::to_owned),
+            decision,
+        }
+    }
+
+    /// The command's id and text, or nulls to bind for a host-owned gate's missing command.
+    pub(crate) fn command_parts(&self) -> (Option<CommandId>, Option<&str>) {
+        match &self.command {
+            Some((id, text)) => (Some(*id), Some(text)),
+            None => (None, None),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::domain::{
 };
 use crate::store::model::{
     AnswerOutcome, Answering, Claim, CloseOutcome, Expiry, GateRecord, GateStats, Idempotency, ListParam, ListQuery,
-    Listing, OpenOutcome, Opening, Resolution, parse_gate, unclaimed,
+    Listing, OpenOutcome, Opening, Resolution, owner_columns, parse_gate, stored_loop, unclaimed,
 };
 use crate::store::{NewGate, StoreError};
 
@@ -26,7 +26,7 @@ use crate::store::{NewGate, StoreError};
 macro_rules! select_record {
     () => {
         "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
-        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id, g.decision
+        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id, g.decision, g.secret
     FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
     };
 }
@@ -40,7 +40,7 @@ fn record(row: &Row) -> Result<GateRecord, StoreError> {
         view: GateView {
             gate_id: uuid_column(row, 12, GateId::from_uuid)?,
             session_id: uuid_column(row, 0, SessionId::from_uuid)?,
-            loop_id: uuid_column(row, 1, LoopId::from_uuid)?,
+            loop_id: uuid_column(row, 1, stored_loop)?,
             state,
             gate: json_column(row.try_get(3).map_err(classify)?)?,
             opened_seq: row.try_get(4).map_err(classify)?,
@@ -52,6 +52,7 @@ fn record(row: &Row) -> Result<GateRecord, StoreError> {
             decision: row.try_get::<_, Option<String>>(13).map_err(classify)?.map(json_column).transpose()?,
         },
         idempotency: key.zip(fingerprint),
+        secret: row.try_get(14).map_err(classify)?,
     })
 }
 
@@ -77,14 +78,14 @@ pub async fn open(
     max_open: usize,
 ) -> Result<OpenOutcome, StoreError> {
     let content = question.canonical();
-    let loop_id = question.loop_id();
+    let (loop_id, tool_execution_id) = owner_columns(question, new.id);
     let existing = conn
         .prepare_cached(
             "SELECT gate_id, content FROM gates WHERE session_id = $1 AND loop_id = $2 AND tool_execution_id = $3",
         )
         .await
         .map_err(classify)?;
-    let ids = [session.as_uuid(), loop_id.as_uuid(), question.tool_execution_id().as_uuid()];
+    let ids = [session.as_uuid(), loop_id, tool_execution_id];
     if let Some(row) = conn.query_opt(&existing, &[&ids[0], &ids[1], &ids[2]]).await.map_err(classify)? {
         let gate_id = uuid_column(&row, 0, GateId::from_uuid)?;
         let stored: String = row.try_get(1).map_err(classify)?;
@@ -108,22 +109,25 @@ pub async fn open(
     // Both events and the gate in one statement; the seqs are drawn in order, under the lock.
     let insert = conn
         .prepare_cached(
-            "WITH seqs AS MATERIALIZED (SELECT nextval('journal_seq') AS opened, nextval('journal_seq') AS requested),
+            "WITH seqs AS MATERIALIZED (
+                 SELECT nextval('journal_seq') AS opened,
+                        CASE WHEN $11::text IS NOT NULL THEN nextval('journal_seq') END AS requested),
              events AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, respond_at, event)
                  SELECT opened, $1::uuid, $2::uuid, 'GateOpened', $9::bigint, $10::text FROM seqs
-                 UNION ALL SELECT requested, $1::uuid, $2::uuid, $13::text, NULL, $11::text FROM seqs),
+                 UNION ALL SELECT requested, $1::uuid, $2::uuid, $13::text, NULL, $11::text FROM seqs
+                 WHERE requested IS NOT NULL),
              gate AS (
                  INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq,
-                                    opened_at, deadline, respond_at, link_digest, kind)
+                                    opened_at, deadline, respond_at, link_digest, kind, secret)
                  SELECT $2::uuid, $1::uuid, $3::uuid, $4::uuid, 'open', $5::text, $6::text, opened, $7::bigint,
-                        $8::bigint, $9::bigint, $12::bytea, $14::text FROM seqs)
+                        $8::bigint, $9::bigint, $12::bytea, $14::text, $15::bytea FROM seqs)
              SELECT opened FROM seqs",
         )
         .await
         .map_err(classify)?;
-    let (requested_type, requested) = requested;
-    let params: [&(dyn ToSql + Sync); 14] = [
+    let (requested_type, requested) = requested.unzip();
+    let params: [&(dyn ToSql + Sync); 15] = [
         &ids[0],
         &gate.id.as_uuid(),
         &ids[1],
@@ -138,12 +142,13 @@ pub async fn open(
         &new.link_digest.as_slice(),
         &requested_type,
         &gate.kind,
+        &new.secret,
     ];
     let opened_seq: i64 = conn.query_one(&insert, &params).await.map_err(classify)?.get(0);
     Ok(OpenOutcome::Created(GateView {
         gate_id: gate.id,
         session_id: session,
-        loop_id,
+        loop_id: question.loop_id(),
         state: GateState::Open,
         gate: json_column(envelope)?,
         opened_seq,
@@ -158,7 +163,7 @@ pub async fn open(
 
 /// A gate this transaction took out of `open`.
 struct Claimed {
-    loop_id: LoopId,
+    loop_id: Option<LoopId>,
     gate: Gate,
     row: Row,
 }
@@ -176,7 +181,8 @@ async fn claim(
 ) -> Result<Option<Claimed>, StoreError> {
     let stmt = conn
         .prepare_cached(
-            "UPDATE gates SET state = $3, answer = $4, decision = $5, idempotency_key = $6, fingerprint = $7
+            "UPDATE gates SET state = $3, answer = $4, decision = $5, idempotency_key = $6, fingerprint = $7,
+                              secret = NULL
              WHERE gate_id = $1 AND session_id = $2 AND state = 'open'
              RETURNING loop_id, gate, opened_seq, opened_at, deadline",
         )
@@ -192,7 +198,7 @@ async fn claim(
         &key.and_then(|k| k.fingerprint.as_deref()),
     ];
     let Some(row) = conn.query_opt(&stmt, &params).await.map_err(classify)? else { return Ok(None) };
-    let loop_id = uuid_column(&row, 0, LoopId::from_uuid)?;
+    let loop_id = uuid_column(&row, 0, stored_loop)?;
     let gate = parse_gate(row.try_get(1).map_err(classify)?)?;
     Ok(Some(Claimed { loop_id, gate, row }))
 }
@@ -224,7 +230,7 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
         .prepare_cached(
             "WITH claimed AS (
                  UPDATE gates SET state = 'resolved', answer = $3::text, decision = $9::text,
-                                  idempotency_key = $4::text, fingerprint = $5::text,
+                                  idempotency_key = $4::text, fingerprint = $5::text, secret = NULL,
                                   resolved_seq = nextval('journal_seq')
                  WHERE gate_id = $1::uuid AND session_id = $2::uuid AND state = 'open'
                  RETURNING loop_id, resolved_seq),
@@ -237,12 +243,15 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
                  FROM claimed WHERE $10::text IS NOT NULL),
              command AS (
                  INSERT INTO inbox (seq, session_id, loop_id, command_id, gate_id, command)
-                 SELECT nextval('inbox_seq'), $2::uuid, loop_id, $7::uuid, $1::uuid, $8::text FROM claimed)
+                 SELECT nextval('inbox_seq'), $2::uuid, loop_id, $7::uuid, $1::uuid, $8::text FROM claimed
+                 WHERE $8::text IS NOT NULL)
              SELECT resolved_seq FROM claimed",
         )
         .await
         .map_err(classify)?;
     let (target, key, r) = (&job.target, job.key.as_ref(), &job.resolution);
+    let (command_id, command) = r.command_parts();
+    let command_id = command_id.map(|id| id.as_uuid());
     let params: [&(dyn ToSql + Sync); 10] = [
         &target.gate_id.as_uuid(),
         &target.session.as_uuid(),
@@ -250,8 +259,8 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
         &key.map(|k| k.key.as_str()),
         &key.and_then(|k| k.fingerprint.as_deref()),
         &r.resolved,
-        &r.command_id.as_uuid(),
-        &r.command,
+        &command_id,
+        &command,
         &r.decision,
         &r.decided,
     ];
@@ -264,12 +273,13 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
 
 /// After a claim: `GateResolved` in the journal (naming the loop, so every replica's follower
 /// wakes its inbox waiters) and a permission gate's `PermissionDecided` after it, the command in
-/// the loop's inbox, and the gate pointed at its resolution, in one statement.
+/// the loop's inbox (if the gate has a loop), and the gate pointed at its resolution, in one
+/// statement.
 async fn deliver(
     conn: &Conn,
     session: SessionId,
     gate_id: GateId,
-    loop_id: LoopId,
+    loop_id: Option<LoopId>,
     resolution: &Resolution,
 ) -> Result<i64, StoreError> {
     let stmt = conn
@@ -283,19 +293,21 @@ async fn deliver(
                  FROM event WHERE $7::text IS NOT NULL),
              command AS (
                  INSERT INTO inbox (seq, session_id, loop_id, command_id, gate_id, command)
-                 VALUES (nextval('inbox_seq'), $1, $3, $5, $2, $6)),
+                 SELECT nextval('inbox_seq'), $1, $3, $5, $2, $6 WHERE $6::text IS NOT NULL),
              pointed AS (UPDATE gates SET resolved_seq = (SELECT seq FROM event) WHERE gate_id = $2)
              SELECT seq FROM event",
         )
         .await
         .map_err(classify)?;
+    let (command_id, command) = resolution.command_parts();
+    let (loop_id, command_id) = (loop_id.map(LoopId::as_uuid), command_id.map(|id| id.as_uuid()));
     let params: [&(dyn ToSql + Sync); 7] = [
         &session.as_uuid(),
         &gate_id.as_uuid(),
-        &loop_id.as_uuid(),
+        &loop_id,
         &resolution.resolved,
-        &resolution.command_id.as_uuid(),
-        &resolution.command,
+        &command_id,
+        &command,
         &resolution.decided,
     ];
     Ok(conn.query_one(&stmt, &params).await.map_err(classify)?.get(0))
@@ -315,7 +327,7 @@ pub async fn close(
         });
     };
     let at = Coordinates::of(session, &claimed.gate, claimed.loop_id);
-    let resolved = to_json(&GateResolved::closed(at, Timestamp::now(), gate_id, reason));
+    let resolved = to_json(&GateResolved::closed(at, Timestamp::now(), &claimed.gate, reason));
     let stmt = conn
         .prepare_cached(
             "WITH event AS (

@@ -210,7 +210,7 @@ impl super::MintedGates for PgStore {
         self.inner
             .writer
             .write(move |conn| {
-                let question = Arc::clone(&question);
+                let (question, new) = (Arc::clone(&question), new.clone());
                 Box::pin(async move { gates::open(conn, session, &question, new, max_open).await })
             })
             .await

@@ -108,6 +108,9 @@ CREATE INDEX webhook_attempts_by_status ON webhook_attempts (status, url, journa
     // its view shows it, written by the claim beside `answer` (an AskUser answer's text).
     "ALTER TABLE gates ADD COLUMN kind text NOT NULL DEFAULT 'harness.ask_user';
      ALTER TABLE gates ADD COLUMN decision text;",
+    // Version 4: a gate's secret (an open-URL gate's URL), sealed with the server key; the claim
+    // that takes the gate out of `open` clears it.
+    "ALTER TABLE gates ADD COLUMN secret bytea;",
 ];
 
 /// The schema version this build writes.

@@ -48,7 +48,7 @@ impl OneTransactionPerAnswer {
                 .and_then(|open| open.validate(OpenRules::default()).ok())
                 .ok_or_else(|| StoreError::Internal("the baseline question is invalid".into()))?;
             let id = GateId::mint();
-            let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)) };
+            let new = NewGate { id, link_digest: self.key.link_digest(&self.key.link_token(id)), secret: None };
             match gates::open(&self.conn, session, &ask, new, PER_SESSION, &mut Vec::new())? {
                 OpenOutcome::Created(view) => self.open.push(view.gate_id),
                 other => return Err(StoreError::Internal(format!("opening a baseline gate: {other:?}"))),

@@ -85,7 +85,7 @@ mod tests {
             view: GateView {
                 gate_id: gate,
                 session_id: SessionId::from_uuid(uuid::Uuid::new_v4()).unwrap(),
-                loop_id: LoopId::from_uuid(uuid::Uuid::new_v4()).unwrap(),
+                loop_id: LoopId::from_uuid(uuid::Uuid::new_v4()).ok(),
                 state,
                 gate: serde_json::value::RawValue::from_string("{}".into()).unwrap(),
                 opened_seq: 1,
@@ -97,6 +97,7 @@ mod tests {
                 decision: None,
             },
             idempotency: None,
+            secret: None,
         }
     }
 

@@ -15,7 +15,7 @@ use crate::domain::{
 };
 use crate::store::model::{
     AnswerOutcome, CloseOutcome, Expiry, GateRecord, Idempotency, ListParam, ListQuery, Listing, OpenOutcome, Opening,
-    Resolution, parse_gate, unclaimed,
+    Resolution, owner_columns, parse_gate, stored_loop_text, unclaimed,
 };
 use crate::store::model::{Answering, GateStats};
 use crate::store::{NewGate, StoreError};
@@ -25,7 +25,7 @@ use crate::store::{NewGate, StoreError};
 macro_rules! select_record {
     () => {
         "SELECT g.session_id, g.loop_id, g.state, g.gate, g.opened_seq, g.opened_at, g.deadline,
-        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id, g.decision
+        g.resolved_seq, j.event, g.answer, g.idempotency_key, g.fingerprint, g.gate_id, g.decision, g.secret
     FROM gates g LEFT JOIN journal j ON j.seq = g.resolved_seq"
     };
 }
@@ -41,7 +41,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
         view: GateView {
             gate_id: id(row, 12, GateId::parse)?,
             session_id: id(row, 0, SessionId::parse)?,
-            loop_id: id(row, 1, LoopId::parse)?,
+            loop_id: id(row, 1, stored_loop_text)?,
             state,
             gate: raw_json(row, 3)?,
             opened_seq: row.get(4)?,
@@ -53,6 +53,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<GateRecord> {
             decision: raw_json_opt(row, 13)?,
         },
         idempotency: key.zip(fingerprint),
+        secret: row.get(14)?,
     })
 }
 
@@ -82,7 +83,7 @@ pub fn open(
     effects: &mut Vec<Effect>,
 ) -> Result<OpenOutcome, StoreError> {
     let content = question.canonical();
-    let (loop_id, tool_execution_id) = (question.loop_id(), question.tool_execution_id());
+    let (loop_id, tool_execution_id) = owner_columns(question, new.id);
     let existing: Option<(String, String)> = conn
         .prepare_cached(
             "SELECT gate_id, content FROM gates WHERE session_id = ?1 AND loop_id = ?2 AND tool_execution_id = ?3",
@@ -105,11 +106,13 @@ pub fn open(
 
     let Opening { gate, now, opened, requested, deadline, respond_at } = Opening::new(session, question, new.id);
     let opened_seq = journal::append(conn, effects, session, gate.id, GateOpened::TYPE, opened)?;
-    journal::append(conn, effects, session, gate.id, requested.0, requested.1)?;
+    if let Some((kind, event)) = requested {
+        journal::append(conn, effects, session, gate.id, kind, event)?;
+    }
     conn.prepare_cached(
         "INSERT INTO gates (gate_id, session_id, loop_id, tool_execution_id, state, content, gate, opened_seq, opened_at,
-                            deadline, respond_at, link_digest, kind)
-         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                            deadline, respond_at, link_digest, kind, secret)
+         VALUES (?1, ?2, ?3, ?4, 'open', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         gate.id.to_string(),
@@ -124,6 +127,7 @@ pub fn open(
         respond_at.map(Timestamp::as_nanos),
         new.link_digest.as_slice(),
         gate.kind,
+        new.secret,
     ])?;
     if let Some(at) = respond_at {
         effects.push(Effect::Deadline(gate.id, at));
@@ -177,7 +181,8 @@ pub fn answer(
     // The claim of `claim`, without reading the gate back (it is in hand).
     let claimed = conn
         .prepare_cached(
-            "UPDATE gates SET state = 'resolved', answer = ?3, decision = ?4, idempotency_key = ?5, fingerprint = ?6
+            "UPDATE gates SET state = 'resolved', answer = ?3, decision = ?4, idempotency_key = ?5, fingerprint = ?6,
+                              secret = NULL
              WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'",
         )?
         .execute(params![
@@ -197,21 +202,23 @@ pub fn answer(
 }
 
 /// After a claim: append `GateResolved` (and a permission gate's `PermissionDecided`) and put the
-/// command in the owning loop's inbox.
+/// command, if the gate has an owning loop, in its inbox.
 fn deliver(
     conn: &Connection,
     effects: &mut Vec<Effect>,
     session: SessionId,
     gate_id: GateId,
-    loop_id: LoopId,
+    loop_id: Option<LoopId>,
     resolution: Resolution,
 ) -> Result<i64, StoreError> {
     let seq = resolve(conn, effects, session, gate_id, resolution.resolved)?;
     if let Some(decided) = resolution.decided {
         journal::append(conn, effects, session, gate_id, PermissionDecided::TYPE, decided)?;
     }
-    inbox::enqueue(conn, session, loop_id, gate_id, resolution.command_id, &resolution.command)?;
-    effects.push(Effect::Inbox(session, loop_id));
+    if let (Some(loop_id), Some((command_id, command))) = (loop_id, &resolution.command) {
+        inbox::enqueue(conn, session, loop_id, gate_id, *command_id, command)?;
+        effects.push(Effect::Inbox(session, loop_id));
+    }
     Ok(seq)
 }
 
@@ -258,13 +265,13 @@ pub fn close(
         });
     };
     let at = Coordinates::of(session, &gate, loop_id);
-    resolve(conn, effects, session, gate_id, to_json(&GateResolved::closed(at, Timestamp::now(), gate_id, reason)))?;
+    resolve(conn, effects, session, gate_id, to_json(&GateResolved::closed(at, Timestamp::now(), &gate, reason)))?;
     Ok(CloseOutcome::Closed(view(conn, gate_id)?))
 }
 
 /// A gate this transaction took out of `open`.
 struct Claimed {
-    loop_id: LoopId,
+    loop_id: Option<LoopId>,
     gate: Gate,
 }
 
@@ -281,7 +288,8 @@ fn claim(
 ) -> Result<Option<Claimed>, StoreError> {
     let claimed: Option<(String, String)> = conn
         .prepare_cached(
-            "UPDATE gates SET state = ?3, answer = ?4, decision = ?5, idempotency_key = ?6, fingerprint = ?7
+            "UPDATE gates SET state = ?3, answer = ?4, decision = ?5, idempotency_key = ?6, fingerprint = ?7,
+                              secret = NULL
              WHERE gate_id = ?1 AND session_id = ?2 AND state = 'open'
              RETURNING loop_id, gate",
         )?
@@ -299,7 +307,7 @@ fn claim(
         )
         .optional()?;
     let Some((loop_id, gate)) = claimed else { return Ok(None) };
-    let loop_id = LoopId::parse(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
+    let loop_id = stored_loop_text(&loop_id).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?;
     Ok(Some(Claimed { loop_id, gate: parse_gate(&gate)? }))
 }
 

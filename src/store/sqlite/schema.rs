@@ -26,6 +26,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration { sql: LINK_DIGESTS, then: Some(digest_links) },
     Migration { sql: NO_RESOLUTION_INDEX, then: None },
     Migration { sql: GATE_KINDS, then: None },
+    Migration { sql: GATE_SECRETS, then: None },
 ];
 
 const FIRST: &str = r#"
@@ -132,6 +133,10 @@ const GATE_KINDS: &str = r#"
 ALTER TABLE gates ADD COLUMN kind TEXT NOT NULL DEFAULT 'harness.ask_user';
 ALTER TABLE gates ADD COLUMN decision TEXT;
 "#;
+
+/// Version 5: a gate's secret (an open-URL gate's URL), sealed with the server key; the claim that
+/// takes the gate out of `open` clears it.
+const GATE_SECRETS: &str = "ALTER TABLE gates ADD COLUMN secret BLOB;";
 
 /// Replaces each stored token with its keyed digest, and forgets the key, overwriting what is
 /// deleted (`secure_delete`), so neither the tokens nor the key stay readable in free pages.
