@@ -64,18 +64,31 @@ export function getGate(gateId) {
   return request(`/v1/gates/${encodeURIComponent(gateId)}`);
 }
 
+/** A gate's own route, under its session: where it is answered. */
+function gatePath(view) {
+  return `/v1/sessions/${encodeURIComponent(view.session_id)}/gates/${encodeURIComponent(view.gate.id)}`;
+}
+
 /**
  * Answers a gate with `body`: `{action: 'answer', values: {answer}}` for AskUser, `{action:
- * 'Approve' | 'Deny' | …, values?}` for a permission gate. `key` is the attempt's
- * Idempotency-Key, the same for every retry of it.
+ * 'Approve' | 'Deny' | …, values?}` for a permission gate, `{action: 'accept', values?}`,
+ * `{action: 'decline'}` or `{action: 'cancel'}` for a form or an open-URL gate. `key` is the
+ * attempt's Idempotency-Key, the same for every retry of it.
  */
 export function answerGate(view, body, key) {
-  const path = `/v1/sessions/${encodeURIComponent(view.session_id)}/gates/${encodeURIComponent(view.gate.id)}`;
-  return request(path, {
+  return request(gatePath(view), {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
     body: JSON.stringify(body),
   });
+}
+
+/**
+ * An open-URL gate's URL, `{url}`. It is a secret, in no view, event or listing: only a person
+ * allowed to answer reads it, and only while the gate is open (after that: 409 gate_not_ready).
+ */
+export function getGateUrl(view) {
+  return request(`${gatePath(view)}/url`);
 }
 
 /**

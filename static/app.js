@@ -9,11 +9,18 @@
 // Approve, Approve always (when offered), Deny with an optional reason and, when the call is
 // editable, an editor of its input (permission.js). Its resolved entry says how it was decided.
 //
+// A form gate (`harness.form`) shows its fields as native controls, checked before anything is
+// sent, with its controls (Submit, Decline, Cancel); an open-URL gate (`harness.open_url`) shows
+// where its link goes and the link itself, read from the server when the card is built (it is a
+// secret, in no event or view), with Done, Decline and Cancel (form.js). Their resolved entries
+// say what was answered, by whom, and a form's values.
+//
 // With a tokens file on the server, any call refused with 401 (or 403 for a token that may not read
 // everything) swaps the lists for a login form; a login sets an HttpOnly cookie and starts over
 // from a snapshot. The token only passes through the form: the script keeps no copy of it.
 
-import { answerGate, getGate, listAllGates, listSomeGates, login, newIdempotencyKey } from './api.js';
+import { answerGate, getGate, getGateUrl, listAllGates, listSomeGates, login, newIdempotencyKey } from './api.js';
+import { FORM, OPEN_URL, actionWord, answerLine, controlButtons, formGate, isFormOrOpenUrl, originLine, urlLink, valuesView } from './form.js';
 import { APPROVE, DENY, approvalDetails, decisionEffect, decisionLine, inputEditor, isSevere } from './permission.js';
 import { JournalFollower } from './stream.js';
 import {
@@ -56,7 +63,9 @@ const dom = {
   loginStatus: document.getElementById('login-status'),
 };
 
-/** gate id → { view, card, fieldset, input, editor, status, errors, attempt, submitting, hadFocus } */
+/** gate id → { view, card, fieldset, input, editor, status, errors, attempt, submitting, hadFocus }.
+ *  `editor` shows the server's field problems next to their controls: a permission gate's input
+ *  editor, or a form's fields. */
 const openGates = new Map();
 /** gate id → { view, item } */
 const resolvedGates = new Map();
@@ -99,6 +108,8 @@ function addOpen(view) {
 
 function buildOpenCard(view) {
   if (view.gate.tool_call) return buildApprovalCard(view);
+  if (view.gate.kind === FORM) return buildFormCard(view);
+  if (view.gate.kind === OPEN_URL) return buildOpenUrlCard(view);
   const { gate } = view;
   const id = gate.id;
   const field = answerField(gate);
@@ -160,15 +171,7 @@ function buildOpenCard(view) {
     h(
       'article',
       { 'aria-labelledby': questionId, tabindex: -1 },
-      h(
-        'p',
-        { class: 'meta' },
-        title && title !== DEFAULT_TITLE && h('span', { class: 'title', 'data-testid': 'title' }, title),
-        shortId('session', view.session_id),
-        shortId('loop', view.loop_id),
-        liveTime('asked', view.opened_at),
-        view.deadline && deadlineNote(view),
-      ),
+      cardMeta(view, title !== DEFAULT_TITLE && title),
       h('h3', { id: questionId, class: 'question', 'data-testid': 'question' }, gate.prompt?.body ?? ''),
       form,
     ),
@@ -251,14 +254,7 @@ function buildApprovalCard(view) {
     h(
       'article',
       { 'aria-labelledby': headingId, tabindex: -1 },
-      h(
-        'p',
-        { class: 'meta' },
-        shortId('session', view.session_id),
-        shortId('loop', view.loop_id),
-        liveTime('asked', view.opened_at),
-        view.deadline && deadlineNote(view),
-      ),
+      cardMeta(view),
       approvalDetails(call, headingId),
       entry.fieldset,
       entry.status,
@@ -268,23 +264,101 @@ function buildApprovalCard(view) {
   return entry;
 }
 
-/** What the policy answers at the deadline, in the card's words ("no", or "denied"). */
+/** A form gate's card: its fields as native controls and its controls' buttons (form.js). */
+function buildFormCard(view) {
+  const { gate } = view;
+  const id = gate.id;
+  const entry = { view, input: null, editor: null, attempt: null, submitting: false, hadFocus: false };
+  const form = formGate({ prompt: gate.prompt, idPrefix: `form-${id}`, onAnswer: (body, label) => submit(id, body, label) });
+  entry.editor = form;
+  entry.fieldset = form.fieldset;
+  return controlCard(entry, 'form', form.element);
+}
+
+/** The URL is read when the card is built: it is in no event or listing, only behind its own route. */
+function buildOpenUrlCard(view) {
+  const { gate } = view;
+  const id = gate.id;
+  const entry = { view, input: null, editor: null, attempt: null, submitting: false, hadFocus: false };
+  const link = h('p', { class: 'open-url', 'data-testid': 'url' }, 'Loading the link…');
+  entry.fieldset = h(
+    'fieldset',
+    {},
+    h('legend', { class: 'visually-hidden' }, 'Answer'),
+    h('div', { class: 'actions' }, controlButtons(gate.prompt?.controls ?? [], (action, label) => submit(id, { action }, label))),
+  );
+  loadUrl(view, link);
+  return controlCard(entry, 'open_url', [originLine(gate.prompt ?? {}), link, entry.fieldset]);
+}
+
+async function loadUrl(view, slot) {
+  try {
+    const { url } = await getGateUrl(view);
+    fill(slot, urlLink(url));
+  } catch (error) {
+    if (error.code === 'gate_not_ready') fill(slot, 'This request is no longer open.');
+    else fill(slot, `The link could not be loaded: ${error.message}.`);
+    if (error.status === 401) needLogin(error);
+  }
+}
+
+/** The card around a form's or an open-URL gate's own parts, for `entry`; returns `entry`. */
+function controlCard(entry, kind, parts) {
+  const { view } = entry;
+  const id = view.gate.id;
+  const headingId = `question-${id}`;
+  entry.status = h('p', { class: 'status', 'data-testid': 'gate-status', role: 'status' });
+  entry.errors = h('div', { class: 'errors', role: 'alert', 'data-testid': 'gate-error', hidden: true });
+  entry.card = h(
+    'li',
+    { class: `card ${kind.replace('_', '-')}-card`, 'data-testid': 'open-gate', 'data-kind': kind, 'data-gate-id': id, 'data-session-id': view.session_id, 'data-seq': view.opened_seq },
+    h(
+      'article',
+      { 'aria-labelledby': headingId, tabindex: -1 },
+      cardMeta(view),
+      h('h3', { id: headingId, class: 'question', 'data-testid': 'question' }, view.gate.prompt?.title ?? ''),
+      h('p', { class: 'summary', 'data-testid': 'body' }, view.gate.prompt?.body ?? ''),
+      parts,
+      entry.status,
+      entry.errors,
+    ),
+  );
+  return entry;
+}
+
+/** The card's first line: its title when it has one of its own, the ids, when it was asked and its deadline. */
+function cardMeta(view, title = null) {
+  return h(
+    'p',
+    { class: 'meta' },
+    title && h('span', { class: 'title', 'data-testid': 'title' }, title),
+    shortId('session', view.session_id),
+    shortId('loop', view.loop_id),
+    liveTime('asked', view.opened_at),
+    view.deadline && deadlineNote(view),
+  );
+}
+
+/** What the policy answers at the deadline, in the card's words ("no", "denied", "declined"). */
 function fallbackWords(view) {
-  const policy = view.gate.response_policy;
+  const { gate } = view;
+  const policy = gate.response_policy;
   if (policy?.on_timeout !== 'respond') return undefined;
-  if (!view.gate.tool_call) return policy.response?.values?.answer;
+  if (isFormOrOpenUrl(gate)) return policy.response?.action && actionWord(gate.kind, policy.response.action);
+  if (!gate.tool_call) return policy.response?.values?.answer;
   return policy.response?.action === DENY ? 'denied' : 'approved';
 }
 
 /** "deadline in 4 min, then “no”": when the gate stops waiting and what it answers then. */
 function deadlineNote(view) {
   const fallback = fallbackWords(view);
+  const question = !view.gate.tool_call && !isFormOrOpenUrl(view.gate);
   return h(
     'span',
     { class: 'deadline', 'data-testid': 'deadline' },
     liveTime('deadline', view.deadline),
-    // An answer is quoted, a decision is not: "then “no”", "then denied".
-    fallback !== undefined && (view.gate.tool_call ? `, then ${fallback}` : `, then “${fallback}”`),
+    // An answer is quoted, a decision is not: "then “no”", "then denied", "then declined".
+    fallback !== undefined && (question ? `, then “${fallback}”` : `, then ${fallback}`),
   );
 }
 
@@ -350,7 +424,7 @@ async function submit(id, body, said) {
       source: { kind: 'user' },
       created_at: new Date().toISOString(),
     };
-    const answer = permission ? undefined : body.values.answer;
+    const answer = body.action === 'answer' ? body.values.answer : undefined;
     gateLeftOpen(id, { state: 'resolved', resolved_seq: accepted.journal_seq, resolution, answer });
     announce(permission ? 'Decision sent.' : 'Answer sent.');
   } catch (error) {
@@ -485,7 +559,18 @@ function renderResolved({ view, item }) {
   const sent = sentHere.get(view.gate.id);
   let question;
   let outcome;
-  if (call) {
+  if (isFormOrOpenUrl(view.gate)) {
+    question = view.gate.prompt?.title ?? '';
+    const line = answerLine(view);
+    const action = view.decision?.action ?? resolution.action;
+    const values = view.decision?.values;
+    outcome = line
+      ? [
+          h('p', { class: `decision decision-${action}`, 'data-testid': 'decision', 'data-action': action }, line),
+          values && valuesView(view.gate.prompt?.schema?.fields ?? [], values),
+        ]
+      : h('p', { class: 'answer-text none', 'data-testid': 'decision' }, 'No answer');
+  } else if (call) {
     question = call.summary ? `${call.tool_name}: ${call.summary}` : call.tool_name;
     const line = decisionLine(view);
     const effect = decisionEffect(view);
@@ -518,6 +603,11 @@ function renderResolved({ view, item }) {
 /** What became of the answer this tab sent: it counted, or another one got there first. */
 function sentNote(sent, view) {
   const permission = Boolean(view.gate.tool_call);
+  if (isFormOrOpenUrl(view.gate)) {
+    if (sent.won) return h('p', { class: 'note', 'data-testid': 'own-answer' }, 'You answered this from this page.');
+    const first = { answered: 'Someone else answered first', policy_response: 'The timeout answered first' };
+    return h('p', { class: 'note lost', 'data-testid': 'lost-race' }, `${first[view.resolution.reason] ?? 'It was closed first'}; your “${sent.answer}” was not used.`);
+  }
   if (sent.won) return h('p', { class: 'note', 'data-testid': 'own-answer' }, permission ? 'You decided this from this page.' : 'You answered this from this page.');
   let text;
   if (permission) {
@@ -620,8 +710,12 @@ function applyEvent(event, seq) {
   if (event.type === 'GateOpened') {
     if (addOpen(viewFromOpened(event, seq))) {
       updateCounts();
-      const call = event.gate.tool_call;
-      const text = call ? `Approval requested: ${call.tool_name}${call.summary ? `: ${call.summary}` : ''}` : `New question: ${event.gate.prompt?.body ?? ''}`;
+      const { gate } = event;
+      const call = gate.tool_call;
+      let text = `New question: ${gate.prompt?.body ?? ''}`;
+      if (call) text = `Approval requested: ${call.tool_name}${call.summary ? `: ${call.summary}` : ''}`;
+      else if (gate.kind === FORM) text = `New form: ${gate.prompt?.title ?? ''}`;
+      else if (gate.kind === OPEN_URL) text = `Action requested: ${gate.prompt?.title ?? ''}`;
       announce(text.slice(0, 200));
     }
   } else if (event.type === 'GateResolved') {

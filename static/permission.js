@@ -5,7 +5,7 @@
 // Gate text is untrusted: everything goes in through h(), as text.
 
 import { checkAgainstSchema, jsonEqual } from './schema.js';
-import { h } from './view.js';
+import { decidedBy, h } from './view.js';
 
 export const APPROVE = 'Approve';
 export const APPROVE_ALWAYS = 'Approve always for this workspace';
@@ -54,25 +54,6 @@ export function approvalDetails(call, headingId) {
 
 // ---- how it was decided ---------------------------------------------------------------------------
 
-/** A policy's wait in words: 5 min, 1 min 30 s, 2 h, 7 days. `ns`: nanoseconds, as the API has it. */
-function formatDuration(ns) {
-  if (ns < 1e9) return `${Math.round(ns / 1e6)} ms`;
-  let seconds = Math.round(ns / 1e9);
-  const parts = [];
-  for (const [size, unit] of [
-    [86400, (n) => (n === 1 ? '1 day' : `${n} days`)],
-    [3600, (n) => `${n} h`],
-    [60, (n) => `${n} min`],
-    [1, (n) => `${n} s`],
-  ]) {
-    const count = Math.floor(seconds / size);
-    seconds -= count * size;
-    if (count > 0 || parts.length > 0) parts.push(count > 0 ? unit(count) : null);
-  }
-  // The two largest units say enough ("1 day 2 h", never "1 day 2 h 3 min 4 s").
-  return parts.slice(0, 2).filter(Boolean).join(' ');
-}
-
 /** `approve` or `deny`: the view's decision, or its resolution's action while the full view is
  *  still being fetched. */
 export function decisionEffect({ decision, resolution }) {
@@ -89,15 +70,7 @@ export function decisionLine(view) {
   if (!decision && !resolution?.action) return null;
   const action = decision?.action ?? resolution.action;
   const effect = decisionEffect(view);
-  const verb = effect === 'deny' ? 'denied' : 'approved';
-  const byPolicy = decision ? decision.source === 'policy' : resolution.source?.kind === 'policy';
-  let text;
-  if (byPolicy) {
-    const timeout = view.gate.response_policy?.timeout;
-    text = timeout ? `${verb} by policy after ${formatDuration(timeout)}` : `${verb} by policy`;
-  } else {
-    text = `${verb} by ${decision?.principal ?? resolution?.source?.principal ?? 'a person'}`;
-  }
+  let text = `${effect === 'deny' ? 'denied' : 'approved'} by ${decidedBy(view)}`;
   if (action === APPROVE_ALWAYS) text += ', always for this workspace';
   if (decision?.edited) text += ', edited';
   if (effect === 'deny' && decision?.reason) text += `: ${decision.reason}`;

@@ -22,7 +22,7 @@ export function jsonEqual(a, b) {
 }
 
 /** One JSON Pointer token: `~` and `/` escaped as RFC 6901 says. */
-function pointerToken(name) {
+export function pointerToken(name) {
   return String(name).replaceAll('~', '~0').replaceAll('/', '~1');
 }
 

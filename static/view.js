@@ -20,8 +20,12 @@ export function fill(element, ...children) {
   element.replaceChildren(...h('div', {}, ...children).childNodes);
 }
 
-/** The first block of a UUID: enough to tell sessions apart at a glance; the full id is on hover. */
+/**
+ * The first block of a UUID: enough to tell sessions apart at a glance; the full id is on hover.
+ * Nothing for an id the gate does not have (a host-owned gate has no loop).
+ */
 export function shortId(label, id) {
+  if (!id) return null;
   return h('span', { class: 'id' }, `${label} `, h('code', { title: id, 'data-testid': `${label}-id` }, id.slice(0, 8)));
 }
 
@@ -74,6 +78,38 @@ export function refreshTimes(root = document) {
 
 function withPrefix(prefix, text) {
   return prefix ? `${prefix} ${text}` : text;
+}
+
+/** A policy's wait in words: 5 min, 1 min 30 s, 2 h, 7 days. `ns`: nanoseconds, as the API has it. */
+function formatDuration(ns) {
+  if (ns < 1e9) return `${Math.round(ns / 1e6)} ms`;
+  let seconds = Math.round(ns / 1e9);
+  const parts = [];
+  for (const [size, unit] of [
+    [86400, (n) => (n === 1 ? '1 day' : `${n} days`)],
+    [3600, (n) => `${n} h`],
+    [60, (n) => `${n} min`],
+    [1, (n) => `${n} s`],
+  ]) {
+    const count = Math.floor(seconds / size);
+    seconds -= count * size;
+    if (count > 0 || parts.length > 0) parts.push(count > 0 ? unit(count) : null);
+  }
+  // The two largest units say enough ("1 day 2 h", never "1 day 2 h 3 min 4 s").
+  return parts.slice(0, 2).filter(Boolean).join(' ');
+}
+
+/**
+ * Who decided a gate, in words: "alice", "a person", "policy after 5 min". From the view's
+ * `decision`, or from its resolution alone while the full view is still being fetched.
+ */
+export function decidedBy({ decision, resolution, gate }) {
+  const byPolicy = decision ? decision.source === 'policy' : resolution?.source?.kind === 'policy';
+  if (byPolicy) {
+    const timeout = gate.response_policy?.timeout;
+    return timeout ? `policy after ${formatDuration(timeout)}` : 'policy';
+  }
+  return decision?.principal ?? resolution?.source?.principal ?? 'a person';
 }
 
 /** How a gate left open, in words a person uses; a permission gate is decided, not answered. */

@@ -18,6 +18,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("stream.js", "text/javascript; charset=utf-8", include_str!("../../static/stream.js")),
     ("view.js", "text/javascript; charset=utf-8", include_str!("../../static/view.js")),
     ("permission.js", "text/javascript; charset=utf-8", include_str!("../../static/permission.js")),
+    ("form.js", "text/javascript; charset=utf-8", include_str!("../../static/form.js")),
     ("schema.js", "text/javascript; charset=utf-8", include_str!("../../static/schema.js")),
 ];
 

@@ -11,8 +11,9 @@ use serde_json::value::RawValue;
 
 use super::AppState;
 use super::extract::{IdempotencyKey, JsonBody, Params};
-use super::gates::answer_record;
+use super::gates::{answer_record, open_url_of};
 use crate::auth::PRINCIPAL_LINK;
+use crate::domain::gate::{Control, FORM, OPEN_URL};
 use crate::domain::tool_call::{DENY, Risk, ToolCall};
 use crate::domain::{AnswerIn, AnsweredBy, Gate, GateState};
 use crate::http::error::ApiError;
@@ -64,7 +65,8 @@ fn is_close(resolution: &RawValue) -> bool {
 
 /// A small page: the question and the choices as text (never HTML from the gate), and a script
 /// that posts the chosen answer as JSON to this same URL. A permission gate shows its approval
-/// card instead (see `approval_card`).
+/// card instead (see `approval_card`), a form its fields (`form`), an open-URL gate its link
+/// (`open_url`): the link holder may follow it, as a person logged in to the inbox may.
 pub(super) async fn confirm_page(
     State(state): State<AppState>,
     Params(TokenPath { token }): Params<TokenPath>,
@@ -72,6 +74,8 @@ pub(super) async fn confirm_page(
     let record = find(&state, token).await?;
     let gate = record.gate()?;
     let gate_state = record.view.state;
+    // The URL is readable only while the gate is open; once it is not, the page shows no link.
+    let url = if gate.kind == OPEN_URL && gate_state == GateState::Open { open_url_of(&state, &record)? } else { None };
     let mut html = String::from(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -80,6 +84,8 @@ pub(super) async fn confirm_page(
     );
     match &gate.tool_call {
         Some(call) => approval_card(&mut html, &gate, call, gate_state),
+        None if gate.kind == FORM => form(&mut html, &gate, gate_state),
+        None if gate.kind == OPEN_URL => open_url(&mut html, &gate, gate_state, url.as_deref()),
         None => question(&mut html, &gate, gate_state),
     }
     html.push_str("</main></body></html>");
@@ -190,14 +196,7 @@ fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateSta
     }
     html.push_str("><div class=\"actions\">");
     let controls = &gate.prompt.controls;
-    for (i, control) in controls.iter().filter(|c| c.action != DENY).enumerate() {
-        let class = if i == 0 { "send" } else { "choice" };
-        html.push_str(&format!(
-            "<button type=\"button\" class=\"{class}\" data-action=\"{}\">{}</button>",
-            escape(&control.action),
-            escape(&control.label)
-        ));
-    }
+    control_buttons(html, controls.iter().filter(|c| c.action != DENY));
     if editable_input.is_some() {
         html.push_str("<button type=\"button\" class=\"choice\" id=\"edit\">Edit input…</button>");
     }
@@ -212,6 +211,89 @@ fn approval_card(html: &mut String, gate: &Gate, call: &ToolCall, state: GateSta
         ));
     }
     html.push_str("</div><p id=\"result\" class=\"result\" role=\"status\"></p>");
+}
+
+/// A form gate: its title and text, and while it is open a slot that `answer.js` fills with the
+/// fields and controls (form.js, as on the inbox), built from the prompt embedded as JSON.
+fn form(html: &mut String, gate: &Gate, state: GateState) {
+    html.push_str(&format!(
+        "<h1>{}</h1><p class=\"summary\">{}</p>",
+        escape(&gate.prompt.title),
+        escape(&gate.prompt.body)
+    ));
+    if state != GateState::Open {
+        let outcome = outcome(state == GateState::Closed);
+        html.push_str(&format!("<p role=\"status\">This form was already {outcome}.</p>"));
+        return;
+    }
+    html.push_str(&format!(
+        "<div id=\"form-gate\" class=\"card\"></div>\
+         <script type=\"application/json\" id=\"form-prompt\">{}</script>\
+         <noscript><p>This form needs JavaScript.</p></noscript>\
+         <p id=\"result\" class=\"result\" role=\"status\"></p>",
+        script_json(&gate.prompt)
+    ));
+}
+
+/// An open-URL gate: its title and text, where the link goes (its origin, prominently), and while
+/// it is open the link itself and the controls. The URL came from whoever opened the gate: it is
+/// text in an attribute like any gate text, and a link only when it is http(s).
+fn open_url(html: &mut String, gate: &Gate, state: GateState, url: Option<&str>) {
+    html.push_str(&format!(
+        "<h1>{}</h1><p class=\"summary\">{}</p>",
+        escape(&gate.prompt.title),
+        escape(&gate.prompt.body)
+    ));
+    if let Some(origin) = &gate.prompt.origin {
+        html.push_str(&format!("<p class=\"origin\">This opens <strong>{}</strong></p>", escape(origin)));
+    }
+    if state != GateState::Open {
+        let outcome = outcome(state == GateState::Closed);
+        html.push_str(&format!("<p role=\"status\">This request was already {outcome}.</p>"));
+        return;
+    }
+    html.push_str("<div id=\"open-url\">");
+    match url {
+        Some(url) if is_web_url(url) => html.push_str(&format!(
+            "<p class=\"open-url\"><a href=\"{0}\" target=\"_blank\" rel=\"noopener noreferrer\">{0}</a></p>",
+            escape(url)
+        )),
+        Some(url) => html.push_str(&format!("<p class=\"open-url\"><code>{}</code></p>", escape(url))),
+        None => html.push_str("<p class=\"open-url\">The link is not available.</p>"),
+    }
+    html.push_str("<div class=\"actions\">");
+    control_buttons(html, gate.prompt.controls.iter());
+    html.push_str("</div></div><p id=\"result\" class=\"result\" role=\"status\"></p>");
+}
+
+/// The buttons of `controls`, the first as the main one; `answer.js` sends the one pressed.
+fn control_buttons<'a>(html: &mut String, controls: impl Iterator<Item = &'a Control>) {
+    for (i, control) in controls.enumerate() {
+        let class = if i == 0 { "send" } else { "choice" };
+        html.push_str(&format!(
+            "<button type=\"button\" class=\"{class}\" data-action=\"{}\">{}</button>",
+            escape(&control.action),
+            escape(&control.label)
+        ));
+    }
+}
+
+/// Whether a URL may be an `href`: http(s) only, never `javascript:` or `data:`, whatever the
+/// open let through.
+fn is_web_url(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("https://") || lower.starts_with("http://")
+}
+
+/// JSON for a `<script type="application/json">`: the HTML parser ends the element at the first
+/// `</script`, inside a JSON string or not, so no `<` may appear. `<`, `>` and `&` occur only
+/// inside JSON strings, where `\u003c`, `\u003e` and `\u0026` mean the same characters.
+fn script_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value)
+        .expect("JSON values serialise")
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
 }
 
 fn risk_name(risk: Risk) -> &'static str {
@@ -315,5 +397,105 @@ mod tests {
         // Not editable: no editor, and no copy of the input for one.
         let open = card(&gate, GateState::Open);
         assert!(!open.contains("id=\"edit\"") && !open.contains("data-tool-input"), "{open}");
+    }
+
+    /// A host-owned gate of `kind` with `prompt`, as the store keeps its envelope.
+    fn gate_of(kind: &str, prompt: serde_json::Value) -> Gate {
+        serde_json::from_value(json!({
+            "id": GateId::mint(), "kind": kind, "resolver": "session", "blocks": "session", "effect": "resume",
+            "subject": {}, "prompt": prompt,
+        }))
+        .unwrap()
+    }
+
+    fn page(render: impl FnOnce(&mut String)) -> String {
+        let mut html = String::new();
+        render(&mut html);
+        html
+    }
+
+    #[test]
+    fn a_form_page_embeds_its_prompt_as_inert_json_that_reads_back_intact() {
+        let gate = gate_of(
+            FORM,
+            json!({
+                "title": "</script><script>alert(1)</script>",
+                "body": "<b>Deploy</b> & more",
+                "schema": {"fields": [{
+                    "name": "target", "label": "</SCRIPT><img src=x onerror=alert(1)>", "kind": "text",
+                    "description": "<!-- ends here? --> & \u{2028}",
+                }]},
+                "controls": [{"action": "accept", "label": "Submit"}, {"action": "decline", "label": "Decline"}],
+            }),
+        );
+        let html = page(|html| form(html, &gate, GateState::Open));
+        assert_eq!(html.to_ascii_lowercase().matches("<script").count(), 1, "only the data block: {html}");
+        assert!(html.contains("&lt;b&gt;Deploy&lt;/b&gt; &amp; more"), "{html}");
+        let open = "<script type=\"application/json\" id=\"form-prompt\">";
+        let start = html.find(open).unwrap() + open.len();
+        let embedded = &html[start..start + html[start..].find("</script>").unwrap()];
+        assert!(!embedded.contains(['<', '>', '&']), "{embedded}");
+        let parsed: serde_json::Value = serde_json::from_str(embedded).unwrap();
+        assert_eq!(parsed, serde_json::to_value(&gate.prompt).unwrap());
+        assert!(html.contains("<div id=\"form-gate\""), "{html}");
+
+        let answered = page(|html| form(html, &gate, GateState::Resolved));
+        assert!(answered.contains("This form was already answered."), "{answered}");
+        assert!(!answered.contains("form-prompt") && !answered.contains("form-gate"), "{answered}");
+        assert!(page(|html| form(html, &gate, GateState::Closed)).contains("This form was already closed."));
+    }
+
+    #[test]
+    fn an_open_url_page_shows_the_origin_and_links_only_a_web_url_escaped() {
+        let gate = gate_of(
+            OPEN_URL,
+            json!({
+                "title": "Authorize <GitHub>", "body": "Sign in, then confirm here.", "origin": "https://github.com",
+                "requires_completion": true,
+                "controls": [
+                    {"action": "accept", "label": "I have completed it"},
+                    {"action": "decline", "label": "Decline"},
+                    {"action": "cancel", "label": "Cancel"},
+                ],
+            }),
+        );
+        let url = "https://github.com/login/device?code=AB&next=\"><script>alert(1)</script>";
+        let html = page(|html| open_url(html, &gate, GateState::Open, Some(url)));
+        assert!(html.contains("<h1>Authorize &lt;GitHub&gt;</h1>"), "{html}");
+        assert!(html.contains("This opens <strong>https://github.com</strong>"), "{html}");
+        assert!(!html.to_ascii_lowercase().contains("<script"), "{html}");
+        let escaped =
+            "https://github.com/login/device?code=AB&amp;next=&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;";
+        assert!(
+            html.contains(&format!(
+                "<a href=\"{escaped}\" target=\"_blank\" rel=\"noopener noreferrer\">{escaped}</a>"
+            )),
+            "{html}"
+        );
+        assert!(
+            html.contains("<button type=\"button\" class=\"send\" data-action=\"accept\">I have completed it</button>")
+        );
+        assert!(
+            html.contains("data-action=\"decline\">Decline</button>")
+                && html.contains("data-action=\"cancel\">Cancel</button>")
+        );
+
+        let script = page(|html| open_url(html, &gate, GateState::Open, Some("javascript:alert(1)")));
+        assert!(!script.contains("href=") && script.contains("<code>javascript:alert(1)</code>"), "{script}");
+        // Once answered: no link and no buttons, even if a URL were at hand.
+        let answered = page(|html| open_url(html, &gate, GateState::Resolved, Some(url)));
+        assert!(answered.contains("This request was already answered."), "{answered}");
+        assert!(!answered.contains("href=") && !answered.contains("<button"), "{answered}");
+        assert!(answered.contains("This opens <strong>https://github.com</strong>"), "{answered}");
+    }
+
+    #[test]
+    fn only_http_and_https_become_links() {
+        for url in ["https://github.com/x", "HTTP://example.com", "Https://a.b/é"] {
+            assert!(is_web_url(url), "{url}");
+        }
+        for url in ["javascript:alert(1)", "data:text/html,x", "ftp://example.com", "http:/x", "https:", "é"] {
+            assert!(!is_web_url(url), "{url}");
+        }
     }
 }

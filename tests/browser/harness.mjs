@@ -94,6 +94,27 @@ export async function assertFitsItsViewport(page) {
 }
 
 /**
+ * Asserts that every visible button of `scope` lies within the viewport's width, and is big enough
+ * to tap.
+ * @param {import('playwright-core').Page} page
+ * @param {import('playwright-core').Locator} scope
+ */
+export async function assertButtonsReachable(page, scope) {
+  const { width } = page.viewportSize();
+  const buttons = scope.locator('button:visible');
+  const count = await buttons.count();
+  assert.ok(count > 0, 'there are buttons');
+  for (let i = 0; i < count; i += 1) {
+    const one = buttons.nth(i);
+    await one.scrollIntoViewIfNeeded();
+    const box = await one.boundingBox();
+    const name = await one.textContent();
+    assert.ok(box && box.x >= 0 && box.x + box.width <= width + 0.5, `“${name}” lies within the ${width} px viewport: ${JSON.stringify(box)}`);
+    assert.ok(box.height >= 40, `“${name}” is tall enough to tap: ${box.height}`);
+  }
+}
+
+/**
  * Takes a full-page screenshot into the screenshots directory.
  * @param {import('playwright-core').Page} page
  * @param {string} name the file name, e.g. `open-list.png`
@@ -118,6 +139,21 @@ export function watchProblems(page) {
     page.problems.push(`dialog: ${dialog.message()}`);
     dialog.dismiss().catch(() => {});
   });
+}
+
+/**
+ * Records the JSON bodies of the POSTs the page sends to `pathname` (a gate's answer route, or a
+ * link), as the page sent them.
+ * @param {import('playwright-core').Page} page
+ * @param {string} pathname
+ * @returns {any[]} filled as the page sends
+ */
+export function watchPosts(page, pathname) {
+  const posts = [];
+  page.on('request', (request) => {
+    if (request.method() === 'POST' && new URL(request.url()).pathname === pathname) posts.push(JSON.parse(request.postData() ?? 'null'));
+  });
+  return posts;
 }
 
 // ---- the server -------------------------------------------------------------------------------------
@@ -255,16 +291,14 @@ export async function api(server, method, route, body, headers = {}) {
 /**
  * Opens a gate as an agent would and asserts it was created (201).
  * @param {Server} server
- * @param {{ session?: string, loop?: string, [field: string]: unknown }} content the gate's fields
- *   (question, choices, …); `session` and `loop` default to new UUIDs
+ * @param {{ session?: string, loop?: string | null, [field: string]: unknown }} content the gate's
+ *   fields (question, choices, …); `session` and `loop` default to new UUIDs; `loop: null` opens a
+ *   host-owned gate, with neither a loop nor a tool execution
  * @returns {Promise<any>} the gate's view
  */
 export async function openGate(server, { session = randomUUID(), loop = randomUUID(), ...content }) {
-  const { status, body } = await api(server, 'POST', `/v1/sessions/${session}/gates`, {
-    loop_id: loop,
-    tool_execution_id: randomUUID(),
-    ...content,
-  });
+  const owner = loop === null ? {} : { loop_id: loop, tool_execution_id: randomUUID() };
+  const { status, body } = await api(server, 'POST', `/v1/sessions/${session}/gates`, { ...owner, ...content });
   assert.equal(status, 201, JSON.stringify(body));
   return body;
 }
@@ -291,6 +325,22 @@ export async function readGate(server, view) {
   const { status, body } = await api(server, 'GET', `/v1/gates/${view.gate.id}`);
   assert.equal(status, 200);
   return body;
+}
+
+/**
+ * The gate as the server has it, once it is no longer open (bounded by WAIT).
+ * @param {Server} server
+ * @param {any} view the gate's view
+ * @returns {Promise<any>}
+ */
+export async function waitForDecided(server, view) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const gate = await readGate(server, view);
+    if (gate.state !== 'open') return gate;
+    if (Date.now() > deadline) throw new Error(`gate ${view.gate.id} still open`);
+    await sleep(50);
+  }
 }
 
 // ---- a webhook receiver (where answer links come from) -------------------------------------------

@@ -12,9 +12,9 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   TEST_TIMEOUT,
-  WAIT,
   answerUrlFor,
   api,
+  assertButtonsReachable,
   assertFitsItsViewport,
   createWorld,
   newToken,
@@ -22,10 +22,11 @@ import {
   readGate,
   sharedBrowser,
   shot,
-  sleep,
   startReceiver,
   stopReceiver,
+  waitForDecided,
   waitForText as waitForTextWithin,
+  watchPosts,
   withToken,
   writeTokensFile,
 } from './harness.mjs';
@@ -161,31 +162,11 @@ async function waitForDecisionLine(page, view, line) {
   return item;
 }
 
-/** The JSON bodies of the POSTs the page sends to `pathname` (a gate's answer route, or a link). */
-function watchPosts(page, pathname) {
-  const posts = [];
-  page.on('request', (request) => {
-    if (request.method() === 'POST' && new URL(request.url()).pathname === pathname) posts.push(JSON.parse(request.postData() ?? 'null'));
-  });
-  return posts;
-}
-
 const answerPath = (view) => `/v1/sessions/${view.session_id}/gates/${view.gate.id}`;
 
 /** Decides a gate through the API, as another client would. */
 function decideViaApi(server, view, body) {
   return api(server, 'POST', answerPath(view), body, { 'Idempotency-Key': randomUUID() });
-}
-
-/** The gate as the server has it, once it is no longer open (bounded by WAIT). */
-async function waitForDecided(server, view) {
-  const deadline = Date.now() + WAIT;
-  for (;;) {
-    const gate = await readGate(server, view);
-    if (gate.state !== 'open') return gate;
-    if (Date.now() > deadline) throw new Error(`gate ${view.gate.id} still open`);
-    await sleep(50);
-  }
 }
 
 /** Types `text` into the editor and asks for the review. */
@@ -217,22 +198,6 @@ function cssColour(page, property) {
     probe.remove();
     return colour;
   }, property);
-}
-
-/** Asserts that every visible button of `scope` lies within the viewport's width, and is big enough to tap. */
-async function assertButtonsReachable(page, scope) {
-  const { width } = page.viewportSize();
-  const buttons = scope.locator('button:visible');
-  const count = await buttons.count();
-  assert.ok(count > 0, 'there are buttons');
-  for (let i = 0; i < count; i += 1) {
-    const one = buttons.nth(i);
-    await one.scrollIntoViewIfNeeded();
-    const box = await one.boundingBox();
-    const name = await one.textContent();
-    assert.ok(box && box.x >= 0 && box.x + box.width <= width + 0.5, `“${name}” lies within the ${width} px viewport: ${JSON.stringify(box)}`);
-    assert.ok(box.height >= 40, `“${name}” is tall enough to tap: ${box.height}`);
-  }
 }
 
 // ---- the inbox ------------------------------------------------------------------------------------

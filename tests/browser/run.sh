@@ -22,4 +22,4 @@ fi
 (cd "$repo" && cargo build --locked --quiet)
 
 cd "$here"
-node --test inbox.test.mjs answer-link.test.mjs auth.test.mjs permission.test.mjs
+node --test inbox.test.mjs answer-link.test.mjs auth.test.mjs permission.test.mjs form.test.mjs

@@ -1,6 +1,7 @@
-//! The kill test (issue 10), Jepsen-style: agents open gates (AskUser questions and permission
-//! gates, in turn), wait and ack their inboxes; answerers race on the same gates, some retrying
-//! with an `Idempotency-Key`, approving, editing or denying the permission gates; meanwhile the real
+//! The kill test (issue 10), Jepsen-style: agents open gates (AskUser questions, permission gates
+//! and forms, in turn), wait and ack their inboxes; answerers race on the same gates, some retrying
+//! with an `Idempotency-Key`, approving, editing or denying the permission gates, filling in the
+//! forms; meanwhile the real
 //! binary is SIGKILLed at random moments and restarted. Every request is recorded with its
 //! outcome — ok, refused, not sent, or unknown when the connection died mid-request — and a
 //! checker then proves from the history and the server's final state that no acknowledged answer
@@ -88,9 +89,26 @@ struct History {
     opens: Vec<(String, String, Outcome)>,
     answers: Vec<AnswerOp>,
     acks: Vec<(String, Outcome)>,
-    /// (session, gate id, whether it is a permission gate) of every gate whose open was
-    /// acknowledged, newest last.
-    open_gates: Vec<(String, String, bool)>,
+    /// (session, gate id, its kind) of every gate whose open was acknowledged, newest last.
+    open_gates: Vec<(String, String, Kind)>,
+}
+
+/// The kinds the agents open, in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    AskUser,
+    Permission,
+    Form,
+}
+
+impl Kind {
+    fn next(self) -> Self {
+        match self {
+            Self::AskUser => Self::Permission,
+            Self::Permission => Self::Form,
+            Self::Form => Self::AskUser,
+        }
+    }
 }
 
 /// Sends one request and classifies what happened. A `503` is unknown too: after a failed COMMIT
@@ -134,16 +152,21 @@ async fn backoff(outcome: &Outcome) {
 async fn agent(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<History>>, mut rng: Rng) {
     let http = worker_client();
     let (session, loop_id) = (uuid(), uuid());
-    let mut permission = false;
+    let mut kind = Kind::Form;
     while !stop.load(Ordering::Relaxed) {
         let tool = uuid();
-        permission = !permission;
-        let body = if permission {
-            json!({"kind": "harness.permission", "loop_id": loop_id, "tool_execution_id": tool, "tool_name": "Bash",
-                   "tool_input": {"note": "as asked"}, "editable": true,
-                   "tool_input_schema": {"type": "object", "required": ["note"]}})
-        } else {
-            json!({"loop_id": loop_id, "tool_execution_id": tool, "question": format!("Kill test {tool}?")})
+        kind = kind.next();
+        let body = match kind {
+            Kind::Permission => json!({"kind": "harness.permission", "loop_id": loop_id, "tool_execution_id": tool,
+                   "tool_name": "Bash", "tool_input": {"note": "as asked"}, "editable": true,
+                   "tool_input_schema": {"type": "object", "required": ["note"]}}),
+            Kind::Form => json!({"kind": "harness.form", "loop_id": loop_id, "tool_execution_id": tool,
+                   "body": format!("Kill test {tool}"),
+                   "schema": {"fields": [{"name": "note", "kind": "text", "required": true},
+                                         {"name": "n", "kind": "integer", "minimum": 1}]}}),
+            Kind::AskUser => {
+                json!({"loop_id": loop_id, "tool_execution_id": tool, "question": format!("Kill test {tool}?")})
+            }
         };
         // Re-asking with the same tool execution id is idempotent: it finds the same gate.
         for _ in 0..50 {
@@ -155,7 +178,7 @@ async fn agent(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<Histo
                 h.opens.push((session.clone(), tool.clone(), outcome.clone()));
                 if let Outcome::Ok(_, view) = &outcome {
                     let gate = view["gate"]["id"].as_str().expect("gate id").to_owned();
-                    h.open_gates.push((session.clone(), gate, permission));
+                    h.open_gates.push((session.clone(), gate, kind));
                 }
                 matches!(outcome, Outcome::Ok(..))
             };
@@ -193,19 +216,22 @@ async fn answerer(servers: Servers, stop: Arc<AtomicBool>, history: Arc<Mutex<Hi
             let newest = &h.open_gates[h.open_gates.len().saturating_sub(RACE_WINDOW)..];
             (!newest.is_empty()).then(|| newest[rng.below(newest.len() as u64) as usize].clone())
         };
-        let Some((session, gate, permission)) = target else {
+        let Some((session, gate, kind)) = target else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         let value = format!("answer-{}", uuid());
         let key = (rng.below(2) == 0).then(uuid);
         // What `decided` reads back from the gate's command: an edit's note, a denial's reason,
-        // and for an approval as asked the same value for everyone (they answer alike).
-        let (value, body) = match (permission, rng.below(3)) {
-            (false, _) => (value.clone(), json!({"action": "answer", "values": {"answer": value}})),
-            (true, 0) => (value.clone(), json!({"action": "Approve", "values": {"tool_input": {"note": value}}})),
-            (true, 1) => (value.clone(), json!({"action": "Deny", "values": {"reason": value}})),
-            (true, _) => (format!("as asked {gate}"), json!({"action": "Approve"})),
+        // for an approval as asked the same value for everyone (they answer alike), a form's note.
+        let (value, body) = match (kind, rng.below(3)) {
+            (Kind::AskUser, _) => (value.clone(), json!({"action": "answer", "values": {"answer": value}})),
+            (Kind::Permission, 0) => {
+                (value.clone(), json!({"action": "Approve", "values": {"tool_input": {"note": value}}}))
+            }
+            (Kind::Permission, 1) => (value.clone(), json!({"action": "Deny", "values": {"reason": value}})),
+            (Kind::Permission, _) => (format!("as asked {gate}"), json!({"action": "Approve"})),
+            (Kind::Form, _) => (value.clone(), json!({"action": "accept", "values": {"note": value, "n": 7}})),
         };
         for _ in 0..50 {
             let base = servers.pick(&mut rng);
@@ -482,10 +508,12 @@ async fn check(servers: &[Client], history: &History) -> Result<String, String> 
 }
 
 /// The answer a gate's command carries, in the answerers' values: an AskUser answer's text, an
-/// edit's note, a denial's reason, or `as asked {gate}` for an approval of the input as it was.
+/// edit's note, a denial's reason, `as asked {gate}` for an approval of the input as it was, or a
+/// form's note.
 fn decided(gate: &str, command: &Value) -> String {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     match command["type"].as_str() {
+        Some("ProvideFormInput") => text(&command["values"]["note"]),
         Some("ApproveToolCall") if command["edited"] == true => text(&command["tool_input"]["note"]),
         Some("ApproveToolCall") => format!("as asked {gate}"),
         Some("DenyToolCall") => text(&command["reason"]),
