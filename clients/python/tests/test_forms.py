@@ -116,6 +116,64 @@ def test_who_answered_comes_back(tokens_server: Server) -> None:
     assert (result.action, result.values, result.principal) == ("accept", {"environment": "staging", "confirm": True}, "alice")
 
 
+AGENT, RESPONDER, ADMIN = "agent-secret-0123456789", "responder-secret-0123456789", "admin-secret-0123456789"
+#: Bounds and formats, each broken by `BROKEN`.
+CHECKED = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 3},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 2},
+        "day": {"type": "string", "format": "date"},
+    },
+}
+BROKEN = {"name": "ab", "email": "ada.example.com", "tags": ["a"], "day": "2026-02-30"}
+
+
+def test_field_codes_an_accept_of_nothing_and_who_reads_the_url(tokens_server: Server) -> None:
+    session = str(uuid.uuid4())
+    with Client(tokens_server.url, token=AGENT) as agent:
+        outcome = running(lambda: agent.form(CHECKED, "Details?", session=session))
+        gate = one_open_gate(agent, session)
+        assert "loop_id" not in gate
+        # Too short (characters or items) is out_of_range; a broken format is invalid.
+        refused = post(tokens_server, gate, {"action": "accept", "values": BROKEN}, token=RESPONDER)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "gate_values_invalid"
+        assert sorted((f["path"], f["code"]) for f in refused.json()["error"]["fields"]) == [
+            ("/values/day", "invalid"), ("/values/email", "invalid"),
+            ("/values/name", "out_of_range"), ("/values/tags", "out_of_range"),
+        ]
+        with tokens_server.http(RESPONDER) as http:
+            no_url = http.get(f"/v1/sessions/{session}/gates/{gate['gate']['id']}/url")
+        assert no_url.status_code == 404 and no_url.json()["error"]["code"] == "gate_not_found"
+        # Nothing filled in (every field optional) is an accept of no values, not of none.
+        assert post(tokens_server, gate, {"action": "accept", "values": {}}, token=RESPONDER).status_code == 202
+        result = finished(outcome)
+        assert (result.action, result.values, result.principal) == ("accept", {}, "alice")
+        assert result.view["decision"]["values"] == {}
+
+        url = "https://example.com/device?code=WXYZ-9876"
+        outcome = running(lambda: agent.open_url(url, "Sign in.", session=session))
+        gate = one_open_gate(agent, session)
+        path = f"/v1/sessions/{session}/gates/{gate['gate']['id']}/url"
+        with tokens_server.http() as anonymous, tokens_server.http(AGENT) as bot:
+            assert anonymous.get(path).status_code == 401
+            assert bot.get(path).status_code == 403
+        for token in (RESPONDER, ADMIN):
+            with tokens_server.http(token) as http:
+                shown = http.get(path)
+            assert (shown.status_code, shown.json()) == (200, {"url": url})
+        # A decline's values are ignored.
+        assert post(tokens_server, gate, {"action": "decline", "values": {"x": 1}}, token=RESPONDER).status_code == 202
+        result = finished(outcome)
+        assert (result.action, result.principal) == ("decline", "alice")
+        assert "values" not in result.view["decision"]
+        with tokens_server.http(RESPONDER) as http:
+            gone = http.get(path)
+        assert gone.status_code == 409 and gone.json()["error"]["code"] == "gate_not_ready"
+        assert "WXYZ" not in gone.text
+
+
 def test_at_the_timeout_the_policy_cancels_form_and_url_gates(server: Server) -> None:
     with Client(server.url) as client:
         result = client.form(SCHEMA, "Anyone?", timeout=1)
