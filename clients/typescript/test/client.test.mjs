@@ -423,3 +423,29 @@ test('form: aborting withdraws the gate; a gate closed by its owner rejects with
   assert.equal(closing.status, 200);
   await assert.rejects(opening, (e) => e instanceof Withdrawn && /request to open a URL was withdrawn \(owner_closed\)/.test(e.message));
 });
+
+test('form: nothing filled in is an accept of {}; the URL route is 404 for a form and 409 once answered', async (t) => {
+  const server = await startServer(t);
+  const client = new Client(server.url);
+  const session = crypto.randomUUID();
+  const optional = { type: 'object', properties: { note: { type: 'string', minLength: 3 }, day: { type: 'string', format: 'date' } } };
+  const filling = client.form(optional, 'Anything to add?', { session });
+  const gate = await openGate(client, session);
+  assert.ok(!('loop_id' in gate), 'a host-owned gate has no loop');
+  const refused = await respond(server, gate, { action: 'accept', values: { note: 'ab', day: '2026-02-30' } });
+  assert.equal(refused.status, 400);
+  assert.deepEqual((await refused.json()).error.fields.map((f) => [f.path, f.code]).sort(), [['/values/day', 'invalid'], ['/values/note', 'out_of_range']]);
+  const noUrl = await fetch(`${server.url}/v1/sessions/${session}/gates/${gate.gate.id}/url`);
+  assert.deepEqual([noUrl.status, (await noUrl.json()).error.code], [404, 'gate_not_found']);
+  assert.equal((await respond(server, gate, { action: 'accept', values: {} })).status, 202);
+  const filled = await filling;
+  assert.deepEqual([filled.action, filled.values], ['accept', {}]);
+
+  const opening = client.openUrl('https://example.com/device?code=WXYZ', 'Sign in.', { session });
+  const urlGate = await openGate(client, session);
+  assert.equal((await respond(server, urlGate, { action: 'cancel', values: { x: 1 } })).status, 202);
+  const opened = await opening;
+  assert.deepEqual([opened.action, opened.source, 'values' in opened.view.decision], ['cancel', 'user', false]);
+  const gone = await fetch(`${server.url}/v1/sessions/${session}/gates/${urlGate.gate.id}/url`);
+  assert.deepEqual([gone.status, (await gone.json()).error.code], [409, 'gate_not_ready']);
+});
