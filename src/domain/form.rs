@@ -456,7 +456,12 @@ fn is_date_time(s: &str) -> bool {
     };
     let offset_ok = match offset {
         "Z" | "z" => true,
-        _ => offset.len() == 6 && offset.as_bytes()[3] == b':' && two(&offset[1..3], 23) && two(&offset[4..6], 59),
+        _ => {
+            offset.len() == 6
+                && offset.as_bytes()[3] == b':'
+                && offset.get(1..3).is_some_and(|h| two(h, 23))
+                && offset.get(4..6).is_some_and(|m| two(m, 59))
+        }
     };
     let (hms, fraction) = match clock.split_once('.') {
         Some((hms, fraction)) => (hms, Some(fraction)),
