@@ -11,9 +11,13 @@ source .ci/packages.sh
 
 have node || install_packages nodejs
 venv=target/tools/clients
-if [ ! -x "$venv/bin/pytest" ]; then
+if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || { install_packages python3-venv && python3 -m venv "$venv"; }
+fi
+# Installed again whenever the requirements change (a kept venv gets what was added).
+if ! cmp -s clients/requirements-test.txt "$venv/requirements-test.txt"; then
   "$venv/bin/pip" install --quiet --requirement clients/requirements-test.txt
+  cp clients/requirements-test.txt "$venv/requirements-test.txt"
 fi
 # The client as a user installs it, fresh each run (the tests import the installed package).
 "$venv/bin/pip" install --quiet --force-reinstall --no-deps ./clients/python

@@ -3,7 +3,8 @@
 /** A gate as every read returns it (the contract's `GateView`). */
 export interface GateView {
   session_id: string;
-  loop_id: string;
+  /** The loop that asked (a host-owned gate, a form or open-URL one, has none). */
+  loop_id?: string;
   state: 'open' | 'resolved' | 'closed';
   gate: { id: string; kind: string; prompt: { title: string; body: string }; [member: string]: unknown };
   opened_seq: number;
@@ -13,8 +14,84 @@ export interface GateView {
   resolution?: Record<string, unknown>;
   /** An `ask` gate's answer. */
   answer?: string;
-  /** A decided permission gate's decision. */
-  decision?: PermissionDecision;
+  /** A decided gate's decision: a permission gate's, or a form's or open-URL gate's. */
+  decision?: PermissionDecision | FormDecision;
+}
+
+/** How a person answered a form or open-URL gate: submitted (or confirmed), declined, or dismissed (also a timeout's answer). */
+export type FormAction = 'accept' | 'decline' | 'cancel';
+
+/** The `decision` of an answered form or open-URL gate's view, as the server gives it. */
+export interface FormDecision {
+  action: FormAction;
+  /** A form's values, typed as its fields are (accepted forms only). */
+  values?: Record<string, unknown>;
+  source: 'user' | 'policy';
+  principal?: string;
+  decided_at: string;
+}
+
+/** A form's field in harness shape (what a JSON Schema is translated into). */
+export interface FormField {
+  name: string;
+  label?: string;
+  kind: 'text' | 'email' | 'url' | 'date' | 'date_time' | 'select' | 'multi_select' | 'confirm' | 'number' | 'integer' | 'group' | 'list';
+  required?: boolean;
+  options?: Array<{ value: string; label?: string }>;
+  description?: string;
+  default?: unknown;
+  min_length?: number;
+  max_length?: number;
+  minimum?: number;
+  maximum?: number;
+  min_items?: number;
+  max_items?: number;
+  /** A group's or list's nested fields. */
+  fields?: FormField[];
+}
+
+/** What `form` asks for: harness fields, or a JSON Schema of an object in the subset gatehouse enforces. */
+export type FormSchema = { fields: FormField[] } | Record<string, unknown>;
+
+/** How a person (or the policy, at the deadline) answered a form, as `form` resolves it. */
+export interface FormResult {
+  action: FormAction;
+  /** The submitted values, typed as the fields are (null unless accepted). */
+  values: Record<string, unknown> | null;
+  /** Who answered, when the server knows (their token's name). */
+  principal: string | null;
+  /** 'user', or 'policy' for the answer at the deadline. */
+  source: 'user' | 'policy';
+  /** The gate that asked. */
+  gateId: string;
+  /** The gate's final view. */
+  view: GateView;
+}
+
+/** How a person (or the policy) answered an open-URL gate, as `openUrl` resolves it. */
+export interface OpenUrlResult {
+  /** 'accept' (done, or completed when completion was required), 'decline' or 'cancel'. */
+  action: FormAction;
+  principal: string | null;
+  source: 'user' | 'policy';
+  gateId: string;
+  view: GateView;
+}
+
+export interface FormOptions {
+  /** The heading the person reads (else the server's "Input requested"). */
+  title?: string;
+  /** Seconds: the server answers `cancel` then. */
+  timeout?: number;
+  /** The session the gate goes into (default: a fresh one). */
+  session?: string;
+  /** Stops waiting and withdraws the gate (abandoned). */
+  signal?: AbortSignal;
+}
+
+export interface OpenUrlOptions extends FormOptions {
+  /** Whether the person confirms having completed it ("I have completed it"), not just "Done". */
+  requiresCompletion?: boolean;
 }
 
 /** The `decision` of a decided permission gate's view, as the server gives it. */
@@ -125,6 +202,10 @@ export declare class Client {
   answer(gateId: string, answer: string, options?: { idempotencyKey?: string }): Promise<number>;
   /** Asks whether a tool call may run; resolves to the Decision (a denial too; Withdrawn rejects). */
   approveToolCall(toolName: string, toolInput: Record<string, unknown> | null, options?: ApproveToolCallOptions): Promise<Decision>;
+  /** Asks a person to fill in a form; resolves to the FormResult (a decline or cancel too; Withdrawn rejects). */
+  form(schema: FormSchema, body: string, options?: FormOptions): Promise<FormResult>;
+  /** Asks a person to open a URL (a secret only the answer side reads); resolves to the OpenUrlResult. */
+  openUrl(url: string, body: string, options?: OpenUrlOptions): Promise<OpenUrlResult>;
   /** Approves a permission gate (with `toolInput`: that edit); resolves to the journal seq. */
   approve(gateId: string, options?: { toolInput?: Record<string, unknown>; always?: boolean; idempotencyKey?: string }): Promise<number>;
   /** Denies a permission gate, with `reason` for the agent; resolves to the journal seq. */
@@ -151,8 +232,10 @@ export declare class GatehouseError extends Error {
   readonly error: Record<string, unknown>;
 }
 export declare class Unreachable extends GatehouseError {
-  constructor(url: string, cause: string);
+  constructor(url: string, cause: string, options?: { maybeSent?: boolean });
   readonly url: string;
+  /** False when the request surely never reached the server (no connection was made). */
+  readonly maybeSent: boolean;
 }
 export declare class InvalidRequest extends GatehouseError {
   readonly fields: Array<{ path: string; code: string; message: string }>;

@@ -1,5 +1,6 @@
 // A client for gatehouse: an AI agent asks a person a question and gets back exactly one answer,
-// or asks whether a tool call may run and gets back one decision (approved, edited, or denied).
+// asks whether a tool call may run and gets back one decision (approved, edited, or denied), or
+// asks them to fill in a form or open a URL and gets back what they did.
 // ESM, for Node.js 20+ and browsers, on the built-in fetch; no dependency. Types: index.d.ts.
 
 /** An error answer of the server, or of the client's own flow (the subclasses below). */
@@ -19,11 +20,15 @@ export class GatehouseError extends Error {
   }
 }
 
-/** No answer at all from the server (connection refused, reset, timed out). */
+/**
+ * No answer at all from the server (connection refused, reset, timed out). `maybeSent` is false
+ * when the request surely never reached it (no connection was made).
+ */
 export class Unreachable extends GatehouseError {
-  constructor(url, cause) {
+  constructor(url, cause, { maybeSent = true } = {}) {
     super(`cannot reach gatehouse at ${url}: ${cause}`, { retryable: true });
     this.url = url;
+    this.maybeSent = maybeSent;
   }
 }
 /** 400, 413 or 415: the request is at fault; `fields` says where, when it can. */
@@ -63,15 +68,16 @@ export class RateLimited extends GatehouseError {
 export class Unavailable extends GatehouseError {}
 /** 500 or another unexpected status. */
 export class ServerError extends GatehouseError {}
-/** `ask`, `approveToolCall`: the gate was closed (withdrawn by its owner or abandoned) undecided. */
+/** `ask`, `approveToolCall`, `form`, `openUrl`: the gate was closed (withdrawn by its owner or abandoned) unanswered. */
 export class Withdrawn extends GatehouseError {
   constructor(view) {
     const reason = view?.resolution?.reason ?? 'closed';
-    super(
-      view?.gate?.kind === 'harness.permission'
-        ? `the tool call's permission gate was withdrawn (${reason}) before anyone decided it`
-        : `the question was withdrawn (${reason}) before anyone answered it`,
-    );
+    const [what, done] = {
+      'harness.permission': ["the tool call's permission gate", 'decided'],
+      'harness.form': ['the form', 'answered'],
+      'harness.open_url': ['the request to open a URL', 'answered'],
+    }[view?.gate?.kind] ?? ['the question', 'answered'];
+    super(`${what} was withdrawn (${reason}) before anyone ${done} it`);
     this.view = view;
   }
 }
@@ -150,6 +156,24 @@ function decisionOf(view, toolInput) {
   };
 }
 
+/** The kinds of the host-owned gates: a form to fill in, and a URL to open. */
+const FORM = 'harness.form';
+const OPEN_URL = 'harness.open_url';
+
+/** The response policy that answers `cancel` after `timeout` seconds. */
+const cancelAt = (timeout) => ({ timeout: Math.round(timeout * 1e9), on_timeout: 'respond', response: { action: 'cancel' } });
+
+/** A host-owned gate's answer (one that cannot be read accepts nothing: cancel), who gave it, and how. */
+function answerOf(view) {
+  const decision = view.decision ?? {};
+  const action = decision.action === 'accept' || decision.action === 'decline' ? decision.action : 'cancel';
+  const source = typeof decision.source === 'object' ? decision.source?.kind : decision.source;
+  return { action, principal: decision.principal ?? null, source: source ?? 'user', gateId: view.gate.id, view };
+}
+
+/** Connection errors that mean no connection was made: the request surely never arrived. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT']);
+
 /** Tries of a request that is safe to repeat but should not be repeated forever. */
 const TRIES = 5;
 
@@ -224,6 +248,41 @@ export class Client {
     if (view.state === 'closed') throw new Withdrawn(view);
     await this.#acknowledge(session, loopId, view.gate.id);
     return decisionOf(view, toolInput);
+  }
+
+  /**
+   * Asks a person to fill in a form and resolves to the FormResult once they answer: `accept`
+   * with the typed `values`, `decline` or `cancel`. `schema` is a JSON Schema of an object (sent
+   * as `json_schema`) or harness fields (`{fields: [...]}`, sent as `schema`); `body` is what the
+   * person reads, under `title`. The server checks the values against the schema. At `timeout`
+   * seconds the server answers `cancel` (`source: 'policy'`). Each call opens a new gate in
+   * `session` (a fresh one by default); aborting `signal` withdraws it. A gate closed unanswered
+   * rejects with Withdrawn, a schema the server refuses with InvalidRequest.
+   */
+  async form(schema, body, { title, timeout, session, signal } = {}) {
+    const request = { kind: FORM, body };
+    if (title !== undefined) request.title = title;
+    // Harness fields as they are, or a JSON Schema the server translates into them.
+    request['fields' in schema ? 'schema' : 'json_schema'] = schema;
+    if (timeout !== undefined) request.response_policy = cancelAt(timeout);
+    const view = await this.#hostGate(request, session, signal);
+    const answer = answerOf(view);
+    const values = answer.action === 'accept' ? view.decision?.values ?? null : null;
+    return { action: answer.action, values, principal: answer.principal, source: answer.source, gateId: answer.gateId, view };
+  }
+
+  /**
+   * Asks a person to open `url` (a sign-in, a device code, a payment) and resolves to the
+   * OpenUrlResult once they answer: `accept` (done, or completed with `requiresCompletion`),
+   * `decline` or `cancel`. The URL is a secret only the answer side reads. At `timeout` seconds
+   * the server answers `cancel`. Each call opens a new gate; aborting `signal` withdraws it.
+   */
+  async openUrl(url, body, { title, requiresCompletion = false, timeout, session, signal } = {}) {
+    const request = { kind: OPEN_URL, body, url };
+    if (title !== undefined) request.title = title;
+    if (requiresCompletion) request.requires_completion = true;
+    if (timeout !== undefined) request.response_policy = cancelAt(timeout);
+    return answerOf(await this.#hostGate(request, session, signal));
   }
 
   /** Answers an `ask` gate by its id; resolves to the answer's journal seq. */
@@ -312,6 +371,34 @@ export class Client {
     }
   }
 
+  /**
+   * Opens a host-owned gate and waits until it leaves open; resolves to its final view (a closed
+   * one rejects with Withdrawn). No ids find such a gate again, so the open is not repeated
+   * blindly, and a wait that `signal` aborts withdraws the gate as abandoned: nobody would read
+   * its answer.
+   */
+  async #hostGate(body, session, signal) {
+    session ??= freshId();
+    let view = await this.#expect(this.#retried('POST', `/v1/sessions/${session}/gates`, { body, signal, repeatable: false }));
+    try {
+      view = await this.#settled(session, view, undefined, signal);
+    } catch (e) {
+      if (signal?.aborted) await this.#abandon(`/v1/sessions/${session}/gates/${view.gate.id}`);
+      throw e;
+    }
+    if (view.state === 'closed') throw new Withdrawn(view);
+    return view;
+  }
+
+  /** Withdraws a gate as abandoned, best effort (it may have been answered meanwhile). */
+  async #abandon(path) {
+    try {
+      await this.#retried('POST', `${path}/close`, { body: { reason: 'abandoned' }, timeout: 5000, tries: 2 });
+    } catch {
+      // Unreachable: the gate stays open until someone answers or closes it.
+    }
+  }
+
   async #withdraw(path, gate) {
     const reply = await this.#retried('POST', `${path}/close`, { body: { reason: 'abandoned' } });
     if (reply.status === 409) return this.#expect(this.#retried('GET', path));
@@ -397,16 +484,19 @@ export class Client {
     return reply.body;
   }
 
-  /** Sends until the answer is not a retryable 503 and the server was reached, at most TRIES. */
-  async #retried(method, path, options = {}) {
+  /**
+   * Sends until the answer is not a retryable 503 and the server was reached, at most `tries`
+   * times. Unless `repeatable`, a request that may have arrived is not sent again.
+   */
+  async #retried(method, path, { tries = TRIES, repeatable = true, ...options } = {}) {
     const backoff = new Backoff();
     for (let attempt = 1; ; attempt++) {
-      const last = attempt >= TRIES;
+      const last = attempt >= tries;
       try {
         const reply = await this.#send(method, path, options);
         if (!(reply.status === 503 && reply.error.retryable) || last) return reply;
       } catch (e) {
-        if (!(e instanceof Unreachable) || last) throw e;
+        if (!(e instanceof Unreachable) || last || (e.maybeSent && !repeatable)) throw e;
       }
       await sleep(backoff.next(), options.signal);
     }
@@ -424,7 +514,8 @@ export class Client {
       });
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
-      throw new Unreachable(this.url, e?.cause?.code ?? e?.cause?.message ?? e?.message ?? String(e));
+      const cause = e?.cause?.code ?? e?.cause?.message ?? e?.message ?? String(e);
+      throw new Unreachable(this.url, cause, { maybeSent: !NOT_SENT.has(e?.cause?.code) });
     }
     const text = await response.text();
     let parsed = null;

@@ -199,7 +199,7 @@ fn check_constraints(p: &mut Vec<FieldError>, at: &str, field: &mut Field) {
         order("min_length", "max_length", low <= high);
     }
     if let (Some(low), Some(high)) = (&field.minimum, &field.maximum) {
-        order("minimum", "maximum", as_f64(low) <= as_f64(high));
+        order("minimum", "maximum", compare(low, high) != Some(std::cmp::Ordering::Greater));
     }
     if let (Some(low), Some(high)) = (field.min_items, field.max_items) {
         order("min_items", "max_items", low <= high);
@@ -381,12 +381,22 @@ fn check_count(p: &mut Vec<FieldError>, path: &str, field: &Field, n: usize) {
 }
 
 fn check_bounds(p: &mut Vec<FieldError>, path: &str, field: &Field, n: &Number) {
-    let x = as_f64(n);
-    if field.minimum.as_ref().is_some_and(|min| x < as_f64(min)) {
-        p.push(FieldError::new(path, FieldCode::OutOfRange, format!("at least {}", field.minimum.as_ref().unwrap())));
+    use std::cmp::Ordering::{Greater, Less};
+    if let Some(min) = field.minimum.as_ref().filter(|min| compare(n, min) == Some(Less)) {
+        p.push(FieldError::new(path, FieldCode::OutOfRange, format!("at least {min}")));
     }
-    if field.maximum.as_ref().is_some_and(|max| x > as_f64(max)) {
-        p.push(FieldError::new(path, FieldCode::OutOfRange, format!("at most {}", field.maximum.as_ref().unwrap())));
+    if let Some(max) = field.maximum.as_ref().filter(|max| compare(n, max) == Some(Greater)) {
+        p.push(FieldError::new(path, FieldCode::OutOfRange, format!("at most {max}")));
+    }
+}
+
+/// Two JSON numbers in order: exactly when both are integers (beyond 2^53 a float cannot tell
+/// neighbours apart), else as floats.
+fn compare(a: &Number, b: &Number) -> Option<std::cmp::Ordering> {
+    let integer = |n: &Number| n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from));
+    match (integer(a), integer(b)) {
+        (Some(a), Some(b)) => Some(a.cmp(&b)),
+        _ => as_f64(a).partial_cmp(&as_f64(b)),
     }
 }
 
@@ -446,7 +456,12 @@ fn is_date_time(s: &str) -> bool {
     };
     let offset_ok = match offset {
         "Z" | "z" => true,
-        _ => offset.len() == 6 && offset.as_bytes()[3] == b':' && two(&offset[1..3], 23) && two(&offset[4..6], 59),
+        _ => {
+            offset.len() == 6
+                && offset.as_bytes()[3] == b':'
+                && offset.get(1..3).is_some_and(|h| two(h, 23))
+                && offset.get(4..6).is_some_and(|m| two(m, 59))
+        }
     };
     let (hms, fraction) = match clock.split_once('.') {
         Some((hms, fraction)) => (hms, Some(fraction)),
@@ -538,6 +553,16 @@ mod tests {
             ("/values/rows/1", FieldCode::Type),
         ];
         assert_eq!(got, expected.map(|(p, c)| (p.to_owned(), c)));
+    }
+
+    #[test]
+    fn integer_bounds_are_exact_beyond_what_a_float_holds() {
+        let fields = [Field { maximum: Some(9_007_199_254_740_992_u64.into()), ..field("n", FieldKind::Integer) }];
+        assert_eq!(
+            codes(&fields, serde_json::json!({"n": 9_007_199_254_740_993_u64})),
+            [("/values/n".into(), FieldCode::OutOfRange)]
+        );
+        assert_eq!(codes(&fields, serde_json::json!({"n": 9_007_199_254_740_992_u64})), []);
     }
 
     #[test]

@@ -122,6 +122,7 @@ fn the_route_table_is_the_one_of_spec_section_10() {
         ("GET", "/v1/sessions/{session_id}/gates", SESSION_READ),
         ("GET", "/v1/sessions/{session_id}/gates/{gate_id}", SESSION_READ),
         ("GET", "/v1/sessions/{session_id}/gates/{gate_id}/wait", SESSION_READ),
+        ("GET", "/v1/sessions/{session_id}/gates/{gate_id}/url", RESPONDER),
         ("GET", "/v1/sessions/{session_id}/events", SESSION_READ),
         ("GET", "/v1/sessions/{session_id}/journal", SESSION_READ),
         ("GET", "/v1/gates", RESPONDER),

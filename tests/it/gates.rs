@@ -183,7 +183,7 @@ async fn bad_open_requests_are_refused_with_field_details() {
     unknown["payload"] = json!({});
     app.post(&path, &unknown).await.expect_error(400, "invalid_body");
     let mut other_kind = ask(&uuid(), &uuid(), "Q");
-    other_kind["kind"] = json!("harness.form");
+    other_kind["kind"] = json!("harness.elicitation");
     app.post(&path, &other_kind).await.expect_error(400, "gate_kind_mismatch");
 
     assert!(app.journal().await.is_empty(), "refused opens write nothing");
@@ -371,7 +371,10 @@ async fn meta_routes() {
     let caps = app.get("/v1/capabilities").await.expect(200).json();
     assert_eq!(caps["protocol"], "gatehouse");
     assert_eq!(caps["version"], 1);
-    assert_eq!(caps["gate_kinds"], json!(["harness.ask_user", "harness.permission"]));
+    assert_eq!(
+        caps["gate_kinds"],
+        json!(["harness.ask_user", "harness.permission", "harness.form", "harness.open_url"])
+    );
     assert_eq!(app.get("/healthz").await.expect(200).json(), json!({"status": "ok"}));
     assert_eq!(app.get("/readyz").await.expect(200).json(), json!({"status": "ready"}));
     let spec = app.get("/openapi.yaml").await.expect(200);

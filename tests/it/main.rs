@@ -14,6 +14,7 @@ mod database;
 mod durability;
 mod exhaustion;
 mod faults;
+mod forms;
 mod gates;
 mod helpers;
 mod hostile;

@@ -86,6 +86,18 @@ async fn the_readme_approval_walkthrough_runs_as_written() {
     assert_eq!(gates["gates"][0]["decision"]["tool_input"]["command"], "./deploy.sh --env staging");
 }
 
+#[tokio::test]
+async fn the_readme_form_walkthrough_runs_as_written() {
+    let app = TestApp::spawn().await;
+    let stdout = run_walkthrough("walkthrough-form", &app).await;
+    for line in [
+        r#"["/values/env","/values/hosts/0/replicas"]"#,
+        r#"{"action":"accept","values":{"env":"staging","hosts":[{"name":"a1","replicas":2}],"window":"2026-12-24"}}"#,
+    ] {
+        assert!(stdout.contains(line), "{line} not in:\n{stdout}");
+    }
+}
+
 /// One flag of `serve` as `--help` shows it.
 struct Flag {
     /// `--bind`.

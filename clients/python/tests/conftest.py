@@ -86,7 +86,11 @@ def server(tmp_path: pathlib.Path) -> Iterator[Server]:
 @pytest.fixture
 def tokens_server(tmp_path: pathlib.Path) -> Iterator[Server]:
     tokens = tmp_path / "tokens"
-    tokens.write_text("admin root admin-secret-0123456789\nresponder alice responder-secret-0123456789\n")
+    tokens.write_text(
+        "admin root admin-secret-0123456789\n"
+        "responder alice responder-secret-0123456789\n"
+        "agent bot agent-secret-0123456789\n"
+    )
     running = Server(tmp_path / "gatehouse.db", ["--tokens-file", str(tokens)])
     yield running
     running.stop()

@@ -2,7 +2,9 @@
 // this checkout): ask and answer from two sides, timeouts, withdrawals, typed errors, listings,
 // the journal iterator across a restart of the server, the SSE parser on split bytes, and
 // permission gates: approveToolCall against approve and deny, edits, the policy's denial at the
-// deadline, re-calls that find their gate, withdrawals, and who decided.
+// deadline, re-calls that find their gate, withdrawals, and who decided; forms and open-URL gates:
+// typed values, declines, the policy's cancel at the deadline, the URL only on the answer side,
+// an aborted call withdrawing its gate.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -314,4 +316,136 @@ test('approveToolCall: who decided, and Approve always', async (t) => {
   await alice.approve(gate.gate.id, { always: true, idempotencyKey: 'alice-approves-npm-test' });
   const decision = await deciding;
   assert.deepEqual([decision.approved, decision.action, decision.principal, decision.byPolicy], [true, 'Approve always for this workspace', 'alice', false]);
+});
+
+const FORM_SCHEMA = {
+  type: 'object',
+  properties: {
+    target: { type: 'string', title: 'Target', enum: ['staging', 'prod'] },
+    replicas: { type: 'integer', minimum: 1, maximum: 10 },
+    notify: { type: 'string', format: 'email' },
+  },
+  required: ['target', 'replicas'],
+};
+const FIELDS = {
+  fields: [
+    { name: 'environment', kind: 'select', required: true, options: [{ value: 'prod', label: 'Production' }, { value: 'staging', label: 'Staging' }] },
+    { name: 'confirm', kind: 'confirm' },
+  ],
+};
+
+const respond = (server, gate, body) =>
+  fetch(`${server.url}/v1/sessions/${gate.session_id}/gates/${gate.gate.id}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+
+test('form: a JSON Schema form resolves to the typed values submitted; refused values leave it open', async (t) => {
+  const server = await startServer(t);
+  const client = new Client(server.url);
+  const session = crypto.randomUUID();
+  const filling = client.form(FORM_SCHEMA, 'Where should it go?', { title: 'Deploy', session });
+  const gate = await openGate(client, session);
+  assert.equal(gate.gate.kind, 'harness.form');
+  assert.equal(gate.gate.resolver, 'session');
+  assert.deepEqual([gate.gate.prompt.title, gate.gate.prompt.body], ['Deploy', 'Where should it go?']);
+  assert.deepEqual(gate.gate.prompt.schema.fields.map((f) => [f.name, f.kind]), [['target', 'select'], ['replicas', 'integer'], ['notify', 'email']]);
+  const refused = await respond(server, gate, { action: 'accept', values: { target: 'moon', replicas: 3 } });
+  assert.equal(refused.status, 400);
+  assert.deepEqual((await refused.json()).error.fields.map((f) => f.path), ['/values/target']);
+  assert.equal((await respond(server, gate, { action: 'accept', values: { target: 'prod', replicas: 3 } })).status, 202);
+  const result = await filling;
+  assert.deepEqual(
+    { ...result, view: undefined },
+    { action: 'accept', values: { target: 'prod', replicas: 3 }, principal: null, source: 'user', gateId: gate.gate.id, view: undefined },
+  );
+});
+
+test('form: harness fields are sent as they are; a decline has no values; the policy cancels at the timeout', async (t) => {
+  const server = await startServer(t);
+  const client = new Client(server.url);
+  const session = crypto.randomUUID();
+  const filling = client.form(FIELDS, 'Which environment?', { session });
+  const gate = await openGate(client, session);
+  assert.deepEqual(gate.gate.prompt.schema.fields.map((f) => [f.name, f.kind]), [['environment', 'select'], ['confirm', 'confirm']]);
+  assert.equal((await respond(server, gate, { action: 'decline' })).status, 202);
+  const declined = await filling;
+  assert.deepEqual([declined.action, declined.values, declined.source], ['decline', null, 'user']);
+
+  const late = await client.form(FORM_SCHEMA, 'Anyone?', { timeout: 1 });
+  assert.deepEqual([late.action, late.values, late.source], ['cancel', null, 'policy']);
+  assert.deepEqual(late.view.gate.response_policy, { timeout: 1e9, on_timeout: 'respond', response: { action: 'cancel' } });
+  const unopened = await client.openUrl('https://example.com/device', 'Sign in, anyone?', { timeout: 1 });
+  assert.deepEqual([unopened.action, unopened.source], ['cancel', 'policy']);
+});
+
+test('openUrl: the URL is read only on the answer side; accept resolves', async (t) => {
+  const server = await startServer(t);
+  const client = new Client(server.url);
+  const session = crypto.randomUUID();
+  const url = 'https://github.com/login/device?code=ABCD-1234';
+  const opening = client.openUrl(url, 'Sign in, then confirm here.', { title: 'Authorize GitHub', requiresCompletion: true, session });
+  const gate = await openGate(client, session);
+  assert.equal(gate.gate.kind, 'harness.open_url');
+  assert.equal(gate.gate.prompt.origin, 'https://github.com');
+  assert.equal(gate.gate.prompt.requires_completion, true);
+  assert.ok(!JSON.stringify(gate).includes('ABCD'), 'the listing has no URL');
+  const shown = await (await fetch(`${server.url}/v1/sessions/${session}/gates/${gate.gate.id}/url`)).json();
+  assert.deepEqual(shown, { url });
+  assert.equal((await respond(server, gate, { action: 'accept' })).status, 202);
+  const result = await opening;
+  assert.deepEqual([result.action, result.source, result.gateId], ['accept', 'user', gate.gate.id]);
+});
+
+test('form: aborting withdraws the gate; a gate closed by its owner rejects with Withdrawn', async (t) => {
+  const server = await startServer(t);
+  const client = new Client(server.url);
+  const session = crypto.randomUUID();
+  const controller = new AbortController();
+  const filling = client.form(FIELDS, 'Which one?', { session, signal: controller.signal });
+  filling.catch(() => {}); // it rejects before assert.rejects below looks: not unhandled
+  const gate = await openGate(client, session);
+  controller.abort();
+  await assert.rejects(filling, (e) => e.name === 'AbortError');
+  const [closed] = await client.gates({ state: 'closed', session });
+  assert.deepEqual([closed.gate.id, closed.resolution.reason], [gate.gate.id, 'abandoned']);
+
+  const other = crypto.randomUUID();
+  const opening = client.openUrl('https://example.com/a', 'Open it.', { session: other });
+  opening.catch(() => {});
+  const second = await openGate(client, other);
+  const closing = await fetch(`${server.url}/v1/sessions/${other}/gates/${second.gate.id}/close`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ reason: 'owner_closed' }),
+  });
+  assert.equal(closing.status, 200);
+  await assert.rejects(opening, (e) => e instanceof Withdrawn && /request to open a URL was withdrawn \(owner_closed\)/.test(e.message));
+});
+
+test('form: nothing filled in is an accept of {}; the URL route is 404 for a form and 409 once answered', async (t) => {
+  const server = await startServer(t);
+  const client = new Client(server.url);
+  const session = crypto.randomUUID();
+  const optional = { type: 'object', properties: { note: { type: 'string', minLength: 3 }, day: { type: 'string', format: 'date' } } };
+  const filling = client.form(optional, 'Anything to add?', { session });
+  const gate = await openGate(client, session);
+  assert.ok(!('loop_id' in gate), 'a host-owned gate has no loop');
+  const refused = await respond(server, gate, { action: 'accept', values: { note: 'ab', day: '2026-02-30' } });
+  assert.equal(refused.status, 400);
+  assert.deepEqual((await refused.json()).error.fields.map((f) => [f.path, f.code]).sort(), [['/values/day', 'invalid'], ['/values/note', 'out_of_range']]);
+  const noUrl = await fetch(`${server.url}/v1/sessions/${session}/gates/${gate.gate.id}/url`);
+  assert.deepEqual([noUrl.status, (await noUrl.json()).error.code], [404, 'gate_not_found']);
+  assert.equal((await respond(server, gate, { action: 'accept', values: {} })).status, 202);
+  const filled = await filling;
+  assert.deepEqual([filled.action, filled.values], ['accept', {}]);
+
+  const opening = client.openUrl('https://example.com/device?code=WXYZ', 'Sign in.', { session });
+  const urlGate = await openGate(client, session);
+  assert.equal((await respond(server, urlGate, { action: 'cancel', values: { x: 1 } })).status, 202);
+  const opened = await opening;
+  assert.deepEqual([opened.action, opened.source, 'values' in opened.view.decision], ['cancel', 'user', false]);
+  const gone = await fetch(`${server.url}/v1/sessions/${session}/gates/${urlGate.gate.id}/url`);
+  assert.deepEqual([gone.status, (await gone.json()).error.code], [409, 'gate_not_ready']);
 });

@@ -1,6 +1,6 @@
 // The READMEs' TypeScript examples, run as they are written (their import pointed at this
 // checkout's client and the server's URL swapped in), while a person answers over HTTP: the main
-// README's, and the client README's permission gate.
+// README's, and the client README's permission gate and form.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -80,4 +80,13 @@ test("the client README's permission example runs", async (t) => {
     return post(url, gate, { action: 'Approve', values: { tool_input: { command: 'git push --dry-run origin main' } } });
   });
   assert.equal(printed, 'running git push --dry-run origin main\n');
+});
+
+test("the client README's form example runs", async (t) => {
+  const printed = await runExample(t, path.join('clients', 'typescript', 'README.md'), 'typescript-form-example', (url, gate) => {
+    assert.equal(gate.gate.kind, 'harness.form');
+    assert.equal(gate.gate.prompt.title, 'Deploy');
+    return post(url, gate, { action: 'accept', values: { target: 'prod' } });
+  });
+  assert.equal(printed, 'deploying to prod\n');
 });

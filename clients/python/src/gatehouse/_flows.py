@@ -14,7 +14,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Generator, List, Literal, Mapping, Optional, Sequence, Union
 
 from .errors import GatehouseError, StreamReset, TimedOut, Unreachable, Withdrawn, from_response
 
@@ -51,6 +51,11 @@ class Response:
 Step = Union[Call, Sleep]
 Flow = Generator[Step, Optional[Response], Any]
 
+
+class Cancelled(BaseException):
+    """Thrown into a flow when whoever awaits it was cancelled: the flow may still send what
+    cleans up after it (a host-owned gate is withdrawn), then lets this propagate."""
+
 #: How many times a request that may not be retried forever (an open, an answer) is tried.
 TRIES = 5
 
@@ -75,10 +80,12 @@ def fresh_id() -> str:
     return str(uuid.uuid4())
 
 
-def retried(call: Call, tries: Optional[int] = TRIES) -> Flow:
+def retried(call: Call, tries: Optional[int] = TRIES, *, repeatable: bool = True) -> Flow:
     """Sends ``call`` until it gets an answer that is not a retryable ``503`` (or the server is
     reachable again), at most ``tries`` times (``None``: until it does); returns the response,
-    whatever its status. The call must be safe to repeat (idempotent by its ids or its key)."""
+    whatever its status. The call must be safe to repeat (idempotent by its ids or its key),
+    unless not ``repeatable``: then it is sent again only when it surely did not arrive (no
+    connection, or a ``503`` that did nothing)."""
     backoff = Backoff()
     attempt = 0
     while True:
@@ -86,8 +93,8 @@ def retried(call: Call, tries: Optional[int] = TRIES) -> Flow:
         last = tries is not None and attempt >= tries
         try:
             response = yield call
-        except Unreachable:
-            if last:
+        except Unreachable as e:
+            if last or (e.maybe_sent and not repeatable):
                 raise
         else:
             assert response is not None
@@ -232,6 +239,129 @@ def respond(gate_id: str, body: Dict[str, Any], idempotency_key: Optional[str]) 
     )
     accepted = expect((yield from retried(call)))
     return int(accepted["journal_seq"])
+
+
+#: The kinds of the host-owned gates: a form to fill in, and a URL to open.
+FORM = "harness.form"
+OPEN_URL = "harness.open_url"
+
+
+def cancel_at(timeout: float) -> Dict[str, Any]:
+    """The response policy that answers ``cancel`` after ``timeout`` seconds."""
+    nanos = int(timeout * 1_000_000_000)
+    return {"timeout": nanos, "on_timeout": "respond", "response": {"action": "cancel"}}
+
+
+def form_body(
+    schema: Mapping[str, Any], body: str, *, title: Optional[str], timeout: Optional[float]
+) -> Dict[str, Any]:
+    request: Dict[str, Any] = {"kind": FORM, "body": body}
+    if title is not None:
+        request["title"] = title
+    # Harness fields as they are, or a JSON Schema the server translates into them.
+    request["schema" if "fields" in schema else "json_schema"] = dict(schema)
+    if timeout is not None:
+        request["response_policy"] = cancel_at(timeout)
+    return request
+
+
+def open_url_body(
+    url: str, body: str, *, title: Optional[str], requires_completion: bool, timeout: Optional[float]
+) -> Dict[str, Any]:
+    request: Dict[str, Any] = {"kind": OPEN_URL, "body": body, "url": url}
+    if title is not None:
+        request["title"] = title
+    if requires_completion:
+        request["requires_completion"] = True
+    if timeout is not None:
+        request["response_policy"] = cancel_at(timeout)
+    return request
+
+
+def host_gate(request: Dict[str, Any], session: Optional[str]) -> Flow:
+    """Opens a host-owned gate and waits until it leaves ``open``; returns its final view (a
+    closed one raises :class:`Withdrawn`). No ids find such a gate again, so the open is not
+    repeated blindly, and a wait that is cancelled withdraws the gate as ``abandoned``: nobody
+    would read its answer."""
+    session = session or fresh_id()
+    call = Call("POST", f"/v1/sessions/{session}/gates", json=request)
+    view = expect((yield from retried(call, repeatable=False)))
+    try:
+        view = yield from settled(session, view, None)
+    except Cancelled:
+        yield from abandon(session, view["gate"]["id"])
+        raise
+    if view["state"] == "closed":
+        raise Withdrawn(view)
+    return view
+
+
+def abandon(session: str, gate: str) -> Flow:
+    """Withdraws ``gate`` as ``abandoned``, best effort (it may have been answered meanwhile)."""
+    close = Call("POST", f"/v1/sessions/{session}/gates/{gate}/close", json={"reason": "abandoned"}, timeout=5.0)
+    try:
+        yield from retried(close, tries=2)
+    except GatehouseError:
+        pass
+
+
+def form(
+    schema: Mapping[str, Any],
+    body: str,
+    *,
+    title: Optional[str],
+    timeout: Optional[float],
+    session: Optional[str],
+) -> Flow:
+    """Opens a form gate, waits until the person (or the policy, at ``timeout``) answers it,
+    returns the :class:`FormResult`."""
+    view = yield from host_gate(form_body(schema, body, title=title, timeout=timeout), session)
+    decision = view.get("decision") or {}
+    values = decision.get("values")
+    return FormResult(
+        action=action_of(decision),
+        values=dict(values) if decision.get("action") == "accept" and isinstance(values, dict) else None,
+        principal=decision.get("principal"),
+        source=source_of(decision),
+        gate_id=str(view["gate"]["id"]),
+        view=view,
+    )
+
+
+def open_url(
+    url: str,
+    body: str,
+    *,
+    title: Optional[str],
+    requires_completion: bool,
+    timeout: Optional[float],
+    session: Optional[str],
+) -> Flow:
+    """Opens an open-URL gate, waits until the person (or the policy, at ``timeout``) answers
+    it, returns the :class:`OpenUrlResult`."""
+    request = open_url_body(url, body, title=title, requires_completion=requires_completion, timeout=timeout)
+    view = yield from host_gate(request, session)
+    decision = view.get("decision") or {}
+    return OpenUrlResult(
+        action=action_of(decision),
+        principal=decision.get("principal"),
+        source=source_of(decision),
+        gate_id=str(view["gate"]["id"]),
+        view=view,
+    )
+
+
+def action_of(decision: Mapping[str, Any]) -> "FormAction":
+    """A host-owned gate's answer; one that cannot be read accepts nothing (``cancel``)."""
+    action = decision.get("action")
+    return action if action in ("accept", "decline") else "cancel"
+
+
+def source_of(decision: Mapping[str, Any]) -> str:
+    source = decision.get("source")
+    if isinstance(source, Mapping):
+        source = source.get("kind")
+    return str(source or "user")
 
 
 #: The kind of a permission gate, and its controls.
@@ -395,6 +525,47 @@ class Decision:
     #: The gate that asked.
     gate_id: str
     #: The gate's final view (``decision``, ``resolution``, ``gate.tool_call``).
+    view: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+#: How a person answered a form or open-URL gate: submitted (or confirmed), declined, or
+#: dismissed it (also what a timeout answers).
+FormAction = Literal["accept", "decline", "cancel"]
+
+
+@dataclass
+class FormResult:
+    """How a person (or the gate's policy, at its deadline) answered a form, as
+    :meth:`~gatehouse.Client.form` returns it."""
+
+    #: ``"accept"`` (submitted), ``"decline"`` or ``"cancel"`` (also the policy's, at the deadline).
+    action: FormAction
+    #: The submitted values, typed as the fields are (``None`` unless accepted).
+    values: Optional[Dict[str, Any]]
+    #: Who answered, when the server knows (the name of their token).
+    principal: Optional[str]
+    #: ``"user"``, or ``"policy"`` for the answer at the deadline.
+    source: str
+    #: The gate that asked.
+    gate_id: str
+    #: The gate's final view (``decision``, ``resolution``, ``gate.prompt.schema``).
+    view: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class OpenUrlResult:
+    """How a person (or the gate's policy) answered an open-URL gate, as
+    :meth:`~gatehouse.Client.open_url` returns it."""
+
+    #: ``"accept"`` (done, or completed when completion was required), ``"decline"`` or ``"cancel"``.
+    action: FormAction
+    #: Who answered, when the server knows.
+    principal: Optional[str]
+    #: ``"user"``, or ``"policy"`` for the answer at the deadline.
+    source: str
+    #: The gate that asked.
+    gate_id: str
+    #: The gate's final view.
     view: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

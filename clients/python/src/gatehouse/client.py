@@ -7,11 +7,12 @@ import asyncio
 import time
 from typing import Any, AsyncIterator, Iterator, List, Mapping, Optional, Sequence, Union
 
+import anyio  # httpx's own dependency: its shielded cancel scopes
 import httpx
 
 from . import _flows
-from ._flows import Backoff, Call, Decision, Event, Flow, Response, Sleep, SseParser, event_of
-from .errors import Unreachable
+from ._flows import Backoff, Call, Decision, Event, Flow, FormResult, OpenUrlResult, Response, Sleep, SseParser, event_of
+from .errors import GatehouseError, Unreachable
 
 
 #: A tool call's requirement: a plain description, or the harness's structured one (``kind``,
@@ -21,6 +22,12 @@ Requirement = Union[str, Mapping[str, Any]]
 
 def _headers(token: Optional[str]) -> dict:
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _unreachable(url: str, e: httpx.TransportError) -> Unreachable:
+    # No connection made: the request surely never arrived.
+    not_sent = isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+    return Unreachable(url, str(e) or type(e).__name__, maybe_sent=not not_sent)
 
 
 def _response(reply: httpx.Response) -> Response:
@@ -117,6 +124,57 @@ class Client:
             )
         )
 
+    def form(
+        self,
+        schema: Mapping[str, Any],
+        body: str,
+        *,
+        title: Optional[str] = None,
+        timeout: Optional[float] = None,
+        session: Optional[str] = None,
+    ) -> FormResult:
+        """Asks a person to fill in a form and blocks until they answer; returns the
+        :class:`~gatehouse.FormResult`: ``accept`` with the typed ``values``, ``decline`` or
+        ``cancel``.
+
+        ``schema`` is a JSON Schema of an object (sent as ``json_schema``: strings, with
+        ``format`` email, uri, date or date-time, numbers, integers, booleans, single and
+        multi-selects, nested objects and lists of objects), or harness fields
+        (``{"fields": [...]}``, sent as ``schema``); ``body`` is what the person reads, under
+        ``title``. The server checks the values against the schema before it takes them. With
+        ``timeout`` (seconds) the server answers ``cancel`` at the deadline (``source`` is
+        ``"policy"``). Each call opens a new gate in ``session`` (a fresh one by default); a gate
+        closed unanswered raises :class:`~gatehouse.errors.Withdrawn`, a schema the server
+        refuses :class:`~gatehouse.errors.InvalidRequest` (its ``fields`` say where).
+        """
+        return self._run(_flows.form(schema, body, title=title, timeout=timeout, session=session))
+
+    def open_url(
+        self,
+        url: str,
+        body: str,
+        *,
+        title: Optional[str] = None,
+        requires_completion: bool = False,
+        timeout: Optional[float] = None,
+        session: Optional[str] = None,
+    ) -> OpenUrlResult:
+        """Asks a person to open ``url`` (a sign-in, a device code, a payment) and blocks until
+        they answer; returns the :class:`~gatehouse.OpenUrlResult`: ``accept`` (done, or
+        completed with ``requires_completion``), ``decline`` or ``cancel``.
+
+        The URL is a secret: only someone allowed to answer reads it; listings, the journal and
+        webhooks show its origin alone. ``body`` is what the person reads, under ``title``. With
+        ``timeout`` (seconds) the server answers ``cancel`` at the deadline. Each call opens a
+        new gate in ``session`` (a fresh one by default); a gate closed unanswered raises
+        :class:`~gatehouse.errors.Withdrawn`.
+        """
+        return self._run(
+            _flows.open_url(
+                url, body, title=title, requires_completion=requires_completion, timeout=timeout, session=session
+            )
+        )
+
     def approve(
         self,
         gate_id: str,
@@ -190,7 +248,7 @@ class Client:
         try:
             reply = self._http.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
         except httpx.TransportError as e:
-            raise Unreachable(self.url, str(e) or type(e).__name__) from e
+            raise _unreachable(self.url, e) from e
         return _response(reply)
 
 
@@ -252,6 +310,35 @@ class AsyncClient:
             )
         )
 
+    async def form(
+        self,
+        schema: Mapping[str, Any],
+        body: str,
+        *,
+        title: Optional[str] = None,
+        timeout: Optional[float] = None,
+        session: Optional[str] = None,
+    ) -> FormResult:
+        """See :meth:`Client.form`. Cancelling the call withdraws its gate (``abandoned``)."""
+        return await self._run(_flows.form(schema, body, title=title, timeout=timeout, session=session))
+
+    async def open_url(
+        self,
+        url: str,
+        body: str,
+        *,
+        title: Optional[str] = None,
+        requires_completion: bool = False,
+        timeout: Optional[float] = None,
+        session: Optional[str] = None,
+    ) -> OpenUrlResult:
+        """See :meth:`Client.open_url`. Cancelling the call withdraws its gate (``abandoned``)."""
+        return await self._run(
+            _flows.open_url(
+                url, body, title=title, requires_completion=requires_completion, timeout=timeout, session=session
+            )
+        )
+
     async def approve(
         self,
         gate_id: str,
@@ -295,22 +382,34 @@ class AsyncClient:
                 pass
             await asyncio.sleep(backoff.next())
 
-    async def _run(self, flow: Flow) -> Any:
+    async def _run(self, flow: Flow, failure: Optional[BaseException] = None, *, unwind: bool = True) -> Any:
         outcome: Any = None
-        failure: Optional[BaseException] = None
         while True:
             try:
                 step = flow.throw(failure) if failure is not None else flow.send(outcome)
             except StopIteration as done:
                 return done.value
             outcome, failure = None, None
-            if isinstance(step, Sleep):
-                await asyncio.sleep(step.seconds)
-                continue
             try:
+                if isinstance(step, Sleep):
+                    await asyncio.sleep(step.seconds)
+                    continue
                 outcome = await self._send(step)
             except Unreachable as e:
                 failure = e
+            except asyncio.CancelledError:
+                if unwind:
+                    await self._unwind(flow)
+                raise
+
+    async def _unwind(self, flow: Flow) -> None:
+        """The caller was cancelled: the flow may still clean up after itself (withdraw the gate
+        it opened), shielded from the cancellation for at most 10 seconds."""
+        with anyio.move_on_after(10, shield=True):
+            try:
+                await self._run(flow, _flows.Cancelled(), unwind=False)
+            except (_flows.Cancelled, GatehouseError):
+                pass
 
     async def _send(self, call: Call) -> Response:
         try:
@@ -318,5 +417,6 @@ class AsyncClient:
                 call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout
             )
         except httpx.TransportError as e:
-            raise Unreachable(self.url, str(e) or type(e).__name__) from e
+            raise _unreachable(self.url, e) from e
         return _response(reply)
+

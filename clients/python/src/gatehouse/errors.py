@@ -38,11 +38,13 @@ class GatehouseError(Exception):
 
 
 class Unreachable(GatehouseError):
-    """No answer from the server at all (connection refused, reset, timed out)."""
+    """No answer from the server at all (connection refused, reset, timed out). ``maybe_sent``
+    is false when the request surely never reached it (no connection was made)."""
 
-    def __init__(self, url: str, cause: str) -> None:
+    def __init__(self, url: str, cause: str, *, maybe_sent: bool = True) -> None:
         super().__init__(f"cannot reach gatehouse at {url}: {cause}", retryable=True)
         self.url = url
+        self.maybe_sent = maybe_sent
 
 
 class InvalidRequest(GatehouseError):
@@ -103,13 +105,19 @@ class ServerError(GatehouseError):
 
 
 class Withdrawn(GatehouseError):
-    """:meth:`Client.ask`, :meth:`Client.approve_tool_call`: the gate was closed (withdrawn by
-    its owner or abandoned) before anyone answered or decided it; ``view`` is its final view."""
+    """:meth:`Client.ask`, :meth:`Client.approve_tool_call`, :meth:`Client.form`,
+    :meth:`Client.open_url`: the gate was closed (withdrawn by its owner or abandoned) before
+    anyone answered or decided it; ``view`` is its final view."""
 
     def __init__(self, view: Mapping[str, Any]) -> None:
         reason = (view.get("resolution") or {}).get("reason", "closed")
-        if (view.get("gate") or {}).get("kind") == "harness.permission":
+        kind = (view.get("gate") or {}).get("kind")
+        if kind == "harness.permission":
             message = f"the tool call's permission gate was withdrawn ({reason}) before anyone decided it"
+        elif kind == "harness.form":
+            message = f"the form was withdrawn ({reason}) before anyone answered it"
+        elif kind == "harness.open_url":
+            message = f"the request to open a URL was withdrawn ({reason}) before anyone answered it"
         else:
             message = f"the question was withdrawn ({reason}) before anyone answered it"
         super().__init__(message)
