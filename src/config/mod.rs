@@ -99,7 +99,7 @@ Examples:
   gatehouse form --body 'Where to deploy?' --field 'env!:select:prod,staging' --field 'ticket:text'
   gatehouse form --title 'Release' --body 'Confirm the release' --field 'ok!:confirm' --timeout 10m
   gatehouse form --body 'Deploy details' --schema deploy.schema.json
-  values=$(gatehouse form --body 'Which?' --field 'env!:select:prod,staging') && jq -r .env <<<\"$values\""
+  values=$(gatehouse form --body 'Which?' --field 'env!:select:prod,staging') && echo \"$values\" | jq -r .env"
     ))]
     Form(FormArgs),
     /// Answer an open gate, named by its id or a unique prefix of it (8 characters or more).
