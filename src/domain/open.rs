@@ -305,11 +305,15 @@ impl OpenGateIn {
 
     /// An open-URL gate: always host-owned; the URL's origin is what the envelope shows.
     fn open_url(self, p: &mut Vec<FieldError>, at: Coordinates, rules: OpenRules) -> Option<Question> {
-        for (member, present) in
-            [("/loop_id", at.loop_id.is_some()), ("/tool_execution_id", at.tool_execution_id.is_some())]
-        {
+        let coordinates = [
+            ("/loop_id", at.loop_id.is_some()),
+            ("/tool_execution_id", at.tool_execution_id.is_some()),
+            ("/turn_id", at.turn_id.is_some()),
+            ("/step_id", at.step_id.is_some()),
+        ];
+        for (member, present) in coordinates {
             if present {
-                let message = "an open-URL gate is host-owned: it names no loop";
+                let message = "an open-URL gate is host-owned: it names no loop, tool call, turn or step";
                 p.push(FieldError::new(member, FieldCode::UnknownKey, message));
             }
         }

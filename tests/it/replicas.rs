@@ -98,6 +98,35 @@ async fn a_thousand_decisions_on_one_permission_gate_over_three_replicas_have_on
 }
 
 #[tokio::test]
+async fn a_host_owned_form_answered_on_one_replica_wakes_its_host_waiting_on_another() {
+    let Some((_dir, replicas)) = three_fresh_replicas() else {
+        return;
+    };
+    let session = uuid();
+    let body = json!({"kind": "harness.form", "body": "Which region?",
+                      "schema": {"fields": [{"name": "region", "kind": "select", "required": true,
+                                             "options": [{"value": "eu"}, {"value": "us"}]}]}});
+    let gate = gate_id(&replicas[0].open(&session, &body).await);
+    let path = format!("/v1/sessions/{session}/gates/{gate}");
+    let waited = replicas[1].spawn_get(format!("{path}/wait?timeout=30"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    replicas[2].post(&path, &json!({"action": "accept", "values": {"region": "us"}})).await.expect(202);
+    let view = bounded("the host's wait on another replica", waited).await.unwrap().expect(200).json();
+    assert_eq!((&view["state"], &view["decision"]["values"]), (&json!("resolved"), &json!({"region": "us"})));
+    // The race, over the three replicas: one winner, told to every loser.
+    let other = gate_id(&replicas[0].open(&session, &body).await);
+    let clients: Vec<Client> = replicas.iter().map(|r| r.client.clone()).collect();
+    race_answers(&clients, &format!("/v1/sessions/{session}/gates/{other}"), 300, |i| {
+        let region = ["eu", "us"][i % 2];
+        json!({"action": "accept", "values": {"region": region}})
+    })
+    .await;
+    for replica in &replicas {
+        assert_eq!(resolutions_of(replica, &other).await, 1);
+    }
+}
+
+#[tokio::test]
 async fn an_answer_on_one_replica_reaches_agents_waiting_on_another_and_every_replica_replays_one_journal() {
     let Some((_dir, replicas)) = three_fresh_replicas() else {
         return;

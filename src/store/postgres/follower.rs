@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 use super::{CHANNEL, classify, uuid_column};
 use crate::bus::{Bus, Effect};
 use crate::common::backoff::Backoff;
-use crate::domain::{GateId, LoopId, SessionId, Timestamp};
+use crate::domain::{GateId, SessionId, Timestamp};
 use crate::store::StoreError;
+use crate::store::model::stored_loop;
 
 /// Rows read per query.
 const BATCH: i64 = 1024;
@@ -101,8 +102,12 @@ impl Follower {
                 match (kind, gate) {
                     ("GateResolved", Some(gate)) => {
                         effects.push(Effect::Gate(gate));
-                        if row.get::<_, Option<uuid::Uuid>>(4).is_some() {
-                            effects.push(Effect::Inbox(session, uuid_column(row, 4, LoopId::from_uuid)?));
+                        // A host-owned gate has no loop to wake (and names none).
+                        if let Some(raw) = row.get::<_, Option<uuid::Uuid>>(4)
+                            && let Some(loop_id) =
+                                stored_loop(raw).map_err(|e| StoreError::Internal(format!("stored loop id: {e}")))?
+                        {
+                            effects.push(Effect::Inbox(session, loop_id));
                         }
                     }
                     ("GateOpened", Some(gate)) => {

@@ -236,7 +236,8 @@ pub async fn answer(conn: &Conn, job: &AnswerJob) -> Result<AnswerOutcome, Store
                  RETURNING loop_id, resolved_seq),
              event AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, loop_id, event)
-                 SELECT resolved_seq, $2::uuid, $1::uuid, 'GateResolved', loop_id, $6::text FROM claimed),
+                 SELECT resolved_seq, $2::uuid, $1::uuid, 'GateResolved',
+                        NULLIF(loop_id, '00000000-0000-0000-0000-000000000000'), $6::text FROM claimed),
              decided AS (
                  INSERT INTO journal (seq, session_id, gate_id, type, event)
                  SELECT nextval('journal_seq'), $2::uuid, $1::uuid, 'PermissionDecided', $10::text
